@@ -1,0 +1,66 @@
+// Package kafkatest connects tests to the real Kafka broker that scripts/stack.sh starts
+// (BOOKRECON_KAFKA_BROKERS, default 127.0.0.1:19092) and gives each test its own topics, named
+// at random, so tests run in parallel without seeing each other's records.
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Brokers returns the seed brokers of the real broker.
+func Brokers() []string {
+	if b := os.Getenv("BOOKRECON_KAFKA_BROKERS"); b != "" {
+		return strings.Split(b, ",")
+	}
+	return []string{"127.0.0.1:19092"}
+}
+
+// Suffix returns a random 8-hex-digit suffix for topic and group names.
+func Suffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Admin returns a kadm client on the real broker, closed at cleanup.
+func Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers()...))
+	if err != nil {
+		t.Fatalf("kafkatest: client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// CreateTopics creates each named topic with the given partition count on the real broker and
+// deletes it at cleanup. It fails the test when the broker is unreachable.
+func CreateTopics(t testing.TB, partitions int32, names ...string) {
+	t.Helper()
+	adm := Admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopics(ctx, partitions, 1, nil, names...)
+	if err != nil {
+		t.Fatalf("kafkatest: create topics %v: %v (is the broker up? scripts/stack.sh up)", names, err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			t.Fatalf("kafkatest: create topic %s: %v", r.Topic, r.Err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, names...)
+	})
+}

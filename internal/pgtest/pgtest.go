@@ -1,0 +1,87 @@
+// Package pgtest gives each test its own migrated PostgreSQL database, cloned from a template
+// that is migrated once per schema hash (github.com/peterldowns/pgtestdb). The server is the one
+// scripts/stack.sh starts; BOOKRECON_DATABASE_URL overrides it.
+package pgtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"io/fs"
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
+	"github.com/peterldowns/pgtestdb"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/migrations"
+)
+
+// URL is the server's admin URL: BOOKRECON_DATABASE_URL or postgres.DefaultURL.
+func URL() string {
+	if u := os.Getenv("BOOKRECON_DATABASE_URL"); u != "" {
+		return u
+	}
+	return postgres.DefaultURL
+}
+
+type migrator struct{}
+
+func (migrator) Hash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.FS(), p)
+		h.Write([]byte(p))
+		h.Write(b)
+		return err
+	})
+	return hex.EncodeToString(h.Sum(nil))[:16], err
+}
+
+func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
+	_, err := migrations.Up(ctx, db)
+	return err
+}
+
+func config() pgtestdb.Config {
+	u, err := url.Parse(URL())
+	if err != nil {
+		panic(err)
+	}
+	pw, _ := u.User.Password()
+	return pgtestdb.Config{
+		DriverName: "pgx",
+		Host:       u.Hostname(),
+		Port:       u.Port(),
+		User:       u.User.Username(),
+		Password:   pw,
+		Database:   u.Path[1:],
+		Options:    "sslmode=disable",
+	}
+}
+
+// NewURL creates a fresh migrated database for t and returns its URL; it is dropped when t
+// passes and kept for inspection when it fails.
+func NewURL(t testing.TB) string {
+	t.Helper()
+	return pgtestdb.Custom(t, config(), migrator{}).URL()
+}
+
+// NewPool is NewURL plus a pool closed at cleanup.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	u := NewURL(t)
+	pool, err := postgres.Open(context.Background(), u, 20)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

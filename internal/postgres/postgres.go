@@ -1,0 +1,100 @@
+// Package postgres builds the pgx pool from configuration, runs short explicit transactions
+// (WithTx) and classifies SQLSTATEs: 40001 (serialization_failure) and 40P01 (deadlock_detected)
+// retry the whole transaction with a bound and jitter (DESIGN.md "Storage rules").
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is the database of the local stack that scripts/stack.sh starts.
+const DefaultURL = "postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable"
+
+// Open returns a pool for url (a libpq URL or DSN) after one successful ping.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: ping: %w", err)
+	}
+	return pool, nil
+}
+
+// IsRetryable reports whether err is a transaction conflict that a retry of the whole
+// transaction resolves: SQLSTATE 40001 or 40P01.
+func IsRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	return false
+}
+
+// SQLState returns err's SQLSTATE, or "" when err is not a PostgreSQL error.
+func SQLState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// MaxTxAttempts bounds WithTx's retries of 40001/40P01.
+const MaxTxAttempts = 8
+
+// Beginner is what WithTx needs: a pool or a connection.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// WithTx runs fn in a READ COMMITTED transaction and commits it. A 40001/40P01 from fn or the
+// commit rolls back and reruns fn, up to MaxTxAttempts times with a jittered pause; any other
+// error rolls back and is returned unchanged (wrapped).
+func WithTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = once(ctx, db, fn)
+		if err == nil || !IsRetryable(err) || attempt >= MaxTxAttempts {
+			return err
+		}
+		pause := time.Duration(attempt) * time.Duration(5+rand.IntN(20)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(pause):
+		}
+	}
+}
+
+func once(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
+}
