@@ -1,0 +1,55 @@
+package processedevent_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/migrations"
+	"github.com/bookrecon/bookrecon/processedevent"
+)
+
+// Insert-first dedup inside the caller's transaction: the first delivery applies, the
+// redelivery of the identical record is a duplicate, a different record reusing the id is a
+// collision.
+func Example() {
+	ctx := context.Background()
+	pool, err := postgres.Open(ctx, pgtest.URL(), 2)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	if _, err := migrations.UpPool(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	if err := processedevent.EnsurePartitions(ctx, pool, at); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	store := processedevent.Store{Consumer: "example-" + fmt.Sprint(time.Now().UnixNano()) + "/booking.attempts.v1"}
+	for _, hash := range []string{"h1", "h1", "h2"} {
+		err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+			o, err := store.Insert(ctx, tx, processedevent.Event{TenantID: "t_globetrek", EventID: "evt_0001", OccurredAt: at, Hash: hash})
+			if err != nil {
+				return err
+			}
+			fmt.Println(o) // apply the event's effects here when o == processedevent.Applied
+			return nil
+		})
+		if err != nil {
+			fmt.Println(err)
+		}
+	}
+	// Output:
+	// applied
+	// duplicate
+	// collision
+}

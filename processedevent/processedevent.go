@@ -1,0 +1,194 @@
+// Package processedevent is the insert-first deduplication store every bookrecon consumer uses
+// (DESIGN.md "Storage rules"). A consumed record is applied only by the transaction whose
+// INSERT ... ON CONFLICT DO NOTHING created its row, keyed (consumer, tenant_id, event_id,
+// occurred_day); the row commits with the record's effects or not at all. It never reads before
+// writing, and knows nothing about Kafka.
+//
+// The table is partitioned by occurred_day, the UTC day of the event's occurredAt: producers
+// republish identical records, so a redelivery lands on the same partition. EnsurePartitions
+// creates the partitions a batch needs and DropBefore removes whole partitions once they are
+// older than the retention (docs/retention.md).
+package processedevent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Execer runs a statement: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Outcome is what Insert decided for one event.
+type Outcome int
+
+const (
+	// Applied: this transaction inserted the row; the caller applies the event's effects.
+	Applied Outcome = iota + 1
+	// Duplicate: the event id was processed before with the same canonical hash: a redelivery,
+	// nothing to apply (counted as bookrecon_duplicate_deliveries_total).
+	Duplicate
+	// Collision: the event id was processed before with a different canonical hash: not
+	// applied, counted and logged as an eventId collision (DESIGN.md "Storage rules").
+	Collision
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case Collision:
+		return "collision"
+	}
+	return "invalid"
+}
+
+// Event identifies one consumed record.
+type Event struct {
+	TenantID   string
+	EventID    string
+	OccurredAt time.Time // producer time; its UTC day is the partition key
+	Hash       string    // SHA-256 of the record's canonical JSON (events.CanonicalHash)
+}
+
+// Day returns the partition key of e: the UTC calendar day of OccurredAt.
+func (e Event) Day() time.Time { return Day(e.OccurredAt) }
+
+// Day truncates t to its UTC calendar day.
+func Day(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// Store deduplicates events for one consumer: the consumer group and topic, e.g.
+// "bookrecon-ingester/booking.attempts.v1". Renaming a consumer re-applies everything.
+type Store struct {
+	Consumer string
+}
+
+// Insert claims e for s.Consumer inside the caller's transaction. Applied means the caller owns
+// the event and must apply its effects in the same transaction; Duplicate and Collision mean it
+// must not. A missing partition for e's day is an error (call EnsurePartitions first).
+func (s Store) Insert(ctx context.Context, tx pgx.Tx, e Event) (Outcome, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
+		s.Consumer, e.TenantID, e.EventID, e.Day(), e.Hash)
+	if err != nil {
+		return 0, fmt.Errorf("processedevent: insert %s/%s: %w", e.TenantID, e.EventID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return Applied, nil
+	}
+	var stored string
+	err = tx.QueryRow(ctx, `SELECT event_hash FROM processed_event
+		WHERE consumer = $1 AND tenant_id = $2 AND event_id = $3 AND occurred_day = $4`,
+		s.Consumer, e.TenantID, e.EventID, e.Day()).Scan(&stored)
+	if err != nil {
+		return 0, fmt.Errorf("processedevent: read hash %s/%s: %w", e.TenantID, e.EventID, err)
+	}
+	if stored == e.Hash {
+		return Duplicate, nil
+	}
+	return Collision, nil
+}
+
+// partitionName is processed_event_YYYYMMDD.
+func partitionName(day time.Time) string { return "processed_event_" + day.Format("20060102") }
+
+// EnsurePartitions creates the daily partitions for every day in days (idempotent). It runs DDL,
+// so call it in its own short transaction, outside the batch transaction.
+func EnsurePartitions(ctx context.Context, db Execer, days ...time.Time) error {
+	for _, d := range days {
+		d = Day(d)
+		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF processed_event
+			FOR VALUES FROM ('%s') TO ('%s')`, partitionName(d), d.Format(time.DateOnly), d.AddDate(0, 0, 1).Format(time.DateOnly))
+		if _, err := db.Exec(ctx, q); err != nil {
+			if isDuplicateObject(err) {
+				continue // created concurrently by another consumer
+			}
+			return fmt.Errorf("processedevent: create partition %s: %w", partitionName(d), err)
+		}
+	}
+	return nil
+}
+
+// ErrNoPartition is returned by OldestDay when processed_event has no partition.
+var ErrNoPartition = errors.New("processedevent: no partition")
+
+func isDuplicateObject(err error) bool {
+	var pgErr *pgconn.PgError
+	// 42P07 duplicate_table; 23505 when two sessions race on the catalog row.
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505")
+}
+
+// Days lists the days that have a partition, oldest first.
+func Days(ctx context.Context, db Querier) ([]time.Time, error) {
+	rows, err := db.Query(ctx, `SELECT c.relname FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+		WHERE p.relname = 'processed_event' ORDER BY c.relname`)
+	if err != nil {
+		return nil, fmt.Errorf("processedevent: list partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("processedevent: list partitions: %w", err)
+	}
+	days := make([]time.Time, 0, len(names))
+	for _, n := range names {
+		d, err := time.Parse("20060102", n[len("processed_event_"):])
+		if err != nil {
+			continue // not one of ours
+		}
+		days = append(days, d)
+	}
+	return days, nil
+}
+
+// OldestDay is the lower bound of the oldest kept partition: events that occurred before it are
+// dead-lettered as stale_event (DESIGN.md "Contract v1", step 9). ErrNoPartition when none.
+func OldestDay(ctx context.Context, db Querier) (time.Time, error) {
+	days, err := Days(ctx, db)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(days) == 0 {
+		return time.Time{}, ErrNoPartition
+	}
+	return days[0], nil
+}
+
+// DropBefore drops every partition whose day is before cutoff's day, whole (never row by row),
+// and returns the days dropped.
+func DropBefore(ctx context.Context, db interface {
+	Execer
+	Querier
+}, cutoff time.Time) ([]time.Time, error) {
+	days, err := Days(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var dropped []time.Time
+	for _, d := range days {
+		if !d.Before(Day(cutoff)) {
+			break
+		}
+		if _, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+partitionName(d)); err != nil {
+			return dropped, fmt.Errorf("processedevent: drop %s: %w", partitionName(d), err)
+		}
+		dropped = append(dropped, d)
+	}
+	return dropped, nil
+}
