@@ -64,3 +64,42 @@ func CreateTopics(t testing.TB, partitions int32, names ...string) {
 		_, _ = adm.DeleteTopics(ctx, names...)
 	})
 }
+
+// ReadAll consumes topic from the start until at least min records arrived and then no new
+// record for quiet, or until timeout; it returns every record read.
+func ReadAll(t testing.TB, topic string, min int, quiet, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatalf("kafkatest: client: %v", err)
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(timeout)
+	var out []*kgo.Record
+	for time.Now().Before(deadline) {
+		wait := quiet
+		if len(out) < min {
+			wait = time.Until(deadline)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
+		if n == 0 && len(out) >= min {
+			return out
+		}
+	}
+	return out
+}
+
+// Header returns the value of header key on r, or "".
+func Header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

@@ -153,6 +153,8 @@ CREATE TABLE outbox (
     published_at  timestamptz
 );
 CREATE INDEX outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+-- One row per fact: output ids are deterministic, and a dead letter's id is its source position.
+CREATE UNIQUE INDEX outbox_fact ON outbox (topic, event_id);
 
 -- +goose Down
 DROP TABLE outbox, pending_decision, provider_reference_claim, escalation, anomaly,

@@ -1,0 +1,46 @@
+// Command ingester consumes booking.attempts.v1 and booking.manual-decisions.v1 into
+// PostgreSQL (see internal/ingest). Configuration comes from flags or BOOKRECON_* variables.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+type cli struct {
+	DatabaseURL   string   `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	KafkaBrokers  []string `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
+	Providers     string   `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map (format of samples/providers.yaml)."`
+	AdminAddr     string   `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
+	RetentionDays int      `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
+	MaxPoll       int      `env:"BOOKRECON_MAX_POLL_RECORDS" default:"1000" help:"Records per batch."`
+}
+
+func main() {
+	var c cli
+	kong.Parse(&c, kong.Description("bookrecon ingester"))
+	log := telemetry.Logger("ingester")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m, err := providers.LoadMap(c.Providers)
+	if err != nil {
+		log.Error("capability map", "err", err)
+		os.Exit(1)
+	}
+	err = ingest.Run(ctx, ingest.Config{
+		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m,
+		AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll,
+	}, ingest.Deps{Logger: log})
+	if err != nil {
+		log.Error("ingester stopped", "err", err)
+		os.Exit(1)
+	}
+}

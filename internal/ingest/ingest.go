@@ -1,0 +1,614 @@
+// Package ingest is the ingester: a franz-go consumer group on booking.attempts.v1 and
+// booking.manual-decisions.v1 with auto-commit off. Per poll it runs one PostgreSQL transaction
+// for the batch — insert-first dedup rows, state transitions, audit, anomaly, escalation and
+// outbox rows — and commits the offsets only after the database commit (DESIGN.md "Shape",
+// "Storage rules"). Each record runs under a savepoint, so one record that fails for a reason
+// of its own is dead-lettered without poisoning its batch; an outage of PostgreSQL or Kafka
+// pauses the batch and retries it, never dead-letters it.
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/outbox"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/migrations"
+	"github.com/bookrecon/bookrecon/processedevent"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+// ReasonProcessingFailed is the dead-letter reason of a valid record whose own data made its
+// transaction fail (a PostgreSQL data or integrity error), with the SQLSTATE as detail.
+const ReasonProcessingFailed = "processing_failed"
+
+// Topics names every topic the pipeline uses; tests give each run its own.
+type Topics struct {
+	Attempts, AttemptsDLQ, Decisions, DecisionsDLQ, Resolutions, Escalations string
+}
+
+// DefaultTopics are the v1 topics of DESIGN.md "Contract v1".
+func DefaultTopics() Topics {
+	return Topics{events.TopicAttempts, events.TopicAttemptsDLQ, events.TopicManualDecisions,
+		events.TopicManualDecisionsDLQ, events.TopicResolutions, events.TopicEscalations}
+}
+
+// Config configures the ingester. Zero values take the documented defaults.
+type Config struct {
+	Brokers     []string       // seed brokers (required)
+	DatabaseURL string         // PostgreSQL URL (required)
+	Providers   *providers.Map // capability map (required): known providers, lookups, maxVersions
+	Group       string         // consumer group (default kafka.GroupIngester)
+	Topics      Topics         // default DefaultTopics()
+	// MaxPollRecords bounds a batch (default 1000).
+	MaxPollRecords int
+	// TransportTimeoutCodes extend events.DefaultTransportTimeoutCodes.
+	TransportTimeoutCodes []string
+	// RetentionDays is processed_event's TTL in days (default 14). The input topics' retention
+	// plus RetentionMargin must fit in it, or Run refuses to start (docs/retention.md).
+	RetentionDays int
+	// RetentionMargin is added to the topics' retention in that check (default 24h).
+	RetentionMargin time.Duration
+	// FirstCheck is the delay before the reconciler's first check of a new UNKNOWN (default 1s).
+	FirstCheck time.Duration
+	// AdminAddr serves /metrics, /livez, /readyz (default 127.0.0.1:9101; "" keeps the default,
+	// "-" disables).
+	AdminAddr string
+	// MaxDBConns bounds the pool (default 8).
+	MaxDBConns int32
+}
+
+func (c Config) withDefaults() Config {
+	c.Group = cmp.Or(c.Group, kafka.GroupIngester)
+	if c.Topics == (Topics{}) {
+		c.Topics = DefaultTopics()
+	}
+	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, 1000)
+	c.RetentionDays = cmp.Or(c.RetentionDays, 14)
+	c.RetentionMargin = cmp.Or(c.RetentionMargin, 24*time.Hour)
+	c.FirstCheck = cmp.Or(c.FirstCheck, time.Second)
+	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9101")
+	c.MaxDBConns = cmp.Or(c.MaxDBConns, 8)
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("ingest: Brokers is required"))
+	}
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("ingest: DatabaseURL is required"))
+	}
+	if c.Providers == nil {
+		errs = append(errs, errors.New("ingest: Providers (capability map) is required"))
+	}
+	if c.RetentionDays < 3 {
+		errs = append(errs, fmt.Errorf("ingest: RetentionDays %d < 3", c.RetentionDays))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are the ingester's injected dependencies.
+type Deps struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry // nil: a fresh one
+	// AdminStarted, when set, receives the admin server's bound address.
+	AdminStarted func(addr string)
+	// AfterDBCommit, when set, runs between the database commit and the offset commit (crash tests).
+	AfterDBCommit func()
+}
+
+// Ingester is a running ingester's state.
+type Ingester struct {
+	cfg      Config
+	log      *slog.Logger
+	pool     *pgxpool.Pool
+	client   *kgo.Client
+	metrics  *Metrics
+	acfg     attempt.Config
+	codes    []string
+	attempts processedevent.Store
+	decs     processedevent.Store
+	deps     Deps
+
+	mu         sync.Mutex
+	knownDays  map[time.Time]bool
+	minOccured time.Time
+}
+
+// Run starts the ingester and blocks until ctx ends; it then finishes the batch in hand,
+// commits, leaves the group and closes the pool (two-phase shutdown).
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	reg := deps.Registry
+	if reg == nil {
+		reg = telemetry.NewRegistry()
+	}
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.UpPool(ctx, pool); err != nil {
+		return err
+	}
+	policies := map[string]attempt.Policy{}
+	for _, name := range cfg.Providers.Names() {
+		c, _ := cfg.Providers.Get(name)
+		p := attempt.Policy{MaxVersions: c.MaxVersions}
+		for _, l := range c.Lookups {
+			p.Lookups = append(p.Lookups, string(l))
+		}
+		policies[name] = p
+	}
+	in := &Ingester{
+		cfg: cfg, log: deps.Logger, pool: pool, metrics: NewMetrics(reg), deps: deps,
+		acfg:      attempt.Config{Policies: policies, FirstCheck: cfg.FirstCheck, ResolutionsTopic: cfg.Topics.Resolutions, EscalationsTopic: cfg.Topics.Escalations},
+		codes:     append(events.DefaultTransportTimeoutCodes(), cfg.TransportTimeoutCodes...),
+		attempts:  processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Attempts},
+		decs:      processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Decisions},
+		knownDays: map[time.Time]bool{},
+	}
+	opts := append(kafka.Options(cfg.Brokers, deps.Logger, reg, "ingester"),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics.Attempts, cfg.Topics.Decisions),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("ingest: kafka client: %w", err)
+	}
+	in.client = cl
+	if err := in.checkRetention(ctx); err != nil {
+		cl.Close()
+		return err
+	}
+	if err := in.maintainPartitions(ctx); err != nil {
+		cl.Close()
+		return err
+	}
+
+	var wg sync.WaitGroup
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Config: outbox.RelayConfig{LockKey: relayLockKey}}
+	wg.Go(func() { _ = relay.Run(bg) })
+	if cfg.AdminAddr != "-" {
+		wg.Go(func() {
+			ready := func(ctx context.Context) error {
+				if err := pool.Ping(ctx); err != nil {
+					return err
+				}
+				return cl.Ping(ctx)
+			}
+			if err := telemetry.Serve(bg, cfg.AdminAddr, reg, ready, deps.Logger, deps.AdminStarted); err != nil {
+				deps.Logger.Error("admin server", "err", err)
+			}
+		})
+	}
+	wg.Go(func() {
+		t := time.NewTicker(time.Hour)
+		defer t.Stop()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-t.C:
+				if err := in.maintainPartitions(bg); err != nil {
+					deps.Logger.Warn("partition maintenance", "err", err)
+				}
+			}
+		}
+	})
+
+	err = in.consume(ctx)
+	// Phase two: intake stopped and the batch in hand committed; leave the group, stop the
+	// relay and admin server, then close the pool (deferred).
+	cl.Close()
+	stopBG()
+	wg.Wait()
+	return err
+}
+
+// relayLockKey elects the ingester's one active outbox relay.
+const relayLockKey = 0x626b7201
+
+func (in *Ingester) consume(ctx context.Context) error {
+	for {
+		fetches := in.client.PollRecords(ctx, in.cfg.MaxPollRecords)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			in.client.AllowRebalance()
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			in.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		recs := fetches.Records()
+		if len(recs) > 0 {
+			start := time.Now()
+			if err := in.handle(ctx, recs); err != nil {
+				in.client.AllowRebalance()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			in.metrics.BatchSeconds.Observe(time.Since(start).Seconds())
+		}
+		in.client.AllowRebalance()
+	}
+}
+
+// handle applies a batch and commits its offsets, retrying with backoff while PostgreSQL or
+// Kafka is unavailable. It returns only when ctx ends.
+func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	b.Reset()
+	for {
+		err := in.applyBatch(ctx, recs)
+		if err == nil {
+			if in.deps.AfterDBCommit != nil {
+				in.deps.AfterDBCommit()
+			}
+			err = in.client.CommitRecords(ctx, recs...)
+			if err == nil {
+				return nil
+			}
+			// The DB work is committed; redelivery after a failed offset commit is deduplicated.
+			err = fmt.Errorf("ingest: commit offsets: %w", err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		in.metrics.Paused.Inc()
+		wait := b.NextBackOff()
+		in.log.Warn("batch paused; retrying", "records", len(recs), "retry_in", wait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// item is one record of a batch after decoding.
+type item struct {
+	rec      *kgo.Record
+	attempt  *events.Attempt
+	decision *events.Decision
+	hash     string
+	invalid  *events.InvalidError
+}
+
+func (in *Ingester) decode(r *kgo.Record) item {
+	it := item{rec: r}
+	in.mu.Lock()
+	opt := events.DecodeOptions{KnownProvider: in.cfg.Providers.Known, MinOccurredAt: in.minOccured}
+	in.mu.Unlock()
+	var err error
+	switch r.Topic {
+	case in.cfg.Topics.Decisions:
+		var d events.Decision
+		d, err = events.DecodeDecision(r.Value, opt)
+		if err == nil {
+			it.decision = &d
+		}
+	default:
+		var a events.Attempt
+		a, err = events.DecodeAttempt(r.Value, opt)
+		if err == nil {
+			it.attempt = &a
+		}
+	}
+	if err != nil {
+		inv, ok := events.AsInvalid(err)
+		if !ok {
+			inv = &events.InvalidError{Reason: events.ReasonInvalidJSON, Detail: "undecodable"}
+		}
+		it.invalid = inv
+		return it
+	}
+	if it.hash, err = events.CanonicalHash(r.Value); err != nil {
+		it.invalid = &events.InvalidError{Reason: events.ReasonInvalidJSON, Detail: "canonical form"}
+	}
+	return it
+}
+
+// batchResult collects what to count once the batch commits.
+type batchResult struct {
+	effects    []*attempt.Effects
+	consumed   map[[2]string]int
+	duplicates map[string]int
+	collisions int
+	mismatches int
+	dead       map[[2]string]int
+	decisions  map[[2]string]int
+}
+
+func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
+	items := make([]item, len(recs))
+	days := map[time.Time]bool{}
+	for i, r := range recs {
+		items[i] = in.decode(r)
+		if a := items[i].attempt; a != nil {
+			days[processedevent.Day(a.OccurredAt)] = true
+		}
+		if d := items[i].decision; d != nil {
+			days[processedevent.Day(d.OccurredAt)] = true
+		}
+	}
+	if err := in.ensureDays(ctx, days); err != nil {
+		return err
+	}
+	var res batchResult
+	err := postgres.WithTx(ctx, in.pool, func(tx pgx.Tx) error {
+		res = batchResult{consumed: map[[2]string]int{}, duplicates: map[string]int{}, dead: map[[2]string]int{}, decisions: map[[2]string]int{}}
+		for i := range items {
+			if err := in.applyOne(ctx, tx, &items[i], &res); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m := in.metrics
+	for k, n := range res.consumed {
+		m.Consumed.WithLabelValues(k[0], k[1]).Add(float64(n))
+	}
+	for t, n := range res.duplicates {
+		m.DuplicateDeliveries.WithLabelValues(t).Add(float64(n))
+	}
+	for k, n := range res.dead {
+		m.DeadLetters.WithLabelValues(k[0], k[1]).Add(float64(n))
+	}
+	for k, n := range res.decisions {
+		m.ManualDecisions.WithLabelValues(k[0], k[1]).Add(float64(n))
+	}
+	m.EventIDCollisions.Add(float64(res.collisions))
+	m.KeyMismatches.Add(float64(res.mismatches))
+	for _, e := range res.effects {
+		m.observe(e)
+	}
+	return nil
+}
+
+// applyOne processes one record under a savepoint. A failure caused by the record's own data
+// rolls back to the savepoint and dead-letters it; any other failure aborts the batch.
+func (in *Ingester) applyOne(ctx context.Context, tx pgx.Tx, it *item, res *batchResult) error {
+	topic := it.rec.Topic
+	if it.invalid != nil {
+		res.consumed[[2]string{in.metricTopic(topic), "invalid"}]++
+		return in.deadLetter(ctx, tx, it.rec, string(it.invalid.Reason), it.invalid.Field+detailSep(it.invalid), res)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("ingest: savepoint: %w", err)
+	}
+	eff, err := in.applyValid(ctx, sp, it, res)
+	if err == nil {
+		if err = sp.Commit(ctx); err == nil {
+			if eff != nil {
+				res.effects = append(res.effects, eff)
+			}
+			return nil
+		}
+	}
+	_ = sp.Rollback(ctx)
+	if !isPoison(err) {
+		return err
+	}
+	in.log.Error("record failed; dead-lettered", "topic", topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "err", err)
+	return in.deadLetter(ctx, tx, it.rec, ReasonProcessingFailed, "sqlstate "+postgres.SQLState(err), res)
+}
+
+func detailSep(e *events.InvalidError) string {
+	if e.Detail == "" {
+		return ""
+	}
+	if e.Field == "" {
+		return e.Detail
+	}
+	return ": " + e.Detail
+}
+
+func (in *Ingester) metricTopic(topic string) string {
+	if topic == in.cfg.Topics.Decisions {
+		return events.TopicManualDecisions
+	}
+	return events.TopicAttempts
+}
+
+func (in *Ingester) applyValid(ctx context.Context, tx pgx.Tx, it *item, res *batchResult) (*attempt.Effects, error) {
+	mtopic := in.metricTopic(it.rec.Topic)
+	if d := it.decision; d != nil {
+		res.consumed[[2]string{mtopic, string(d.EventType)}]++
+		o, err := in.decs.Insert(ctx, tx, processedevent.Event{TenantID: d.TenantID, EventID: d.EventID, OccurredAt: d.OccurredAt, Hash: it.hash})
+		if err != nil || !in.dedupOutcome(o, mtopic, d.EventID, res) {
+			return nil, err
+		}
+		at := attempt.NewTx(tx, &in.acfg)
+		outcome, err := at.ApplyDecision(ctx, *d)
+		if err != nil {
+			return nil, err
+		}
+		res.decisions[[2]string{d.Decision, outcome}]++
+		return &at.Effects, nil
+	}
+	a := it.attempt
+	res.consumed[[2]string{mtopic, string(a.EventType)}]++
+	if it.rec.Key != nil && string(it.rec.Key) != a.BookingIntentID {
+		res.mismatches++
+		in.log.Warn("record key differs from bookingIntentId", "topic", it.rec.Topic, "partition", it.rec.Partition,
+			"offset", it.rec.Offset, "event_id", a.EventID)
+	}
+	o, err := in.attempts.Insert(ctx, tx, processedevent.Event{TenantID: a.TenantID, EventID: a.EventID, OccurredAt: a.OccurredAt, Hash: it.hash})
+	if err != nil || !in.dedupOutcome(o, mtopic, a.EventID, res) {
+		return nil, err
+	}
+	at := attempt.NewTx(tx, &in.acfg)
+	if _, err := at.ApplyEvent(ctx, *a, in.codes); err != nil {
+		return nil, err
+	}
+	return &at.Effects, nil
+}
+
+func (in *Ingester) dedupOutcome(o processedevent.Outcome, topic, eventID string, res *batchResult) bool {
+	switch o {
+	case processedevent.Duplicate:
+		res.duplicates[topic]++
+		return false
+	case processedevent.Collision:
+		res.collisions++
+		in.log.Warn("eventId reused with different content; not applied", "topic", topic, "event_id", eventID)
+		return false
+	}
+	return true
+}
+
+// deadLetter writes the record to its dead-letter topic through the outbox: original key and
+// bytes, the reason and origin in headers, keyed by source position (DESIGN.md "Contract v1").
+func (in *Ingester) deadLetter(ctx context.Context, tx pgx.Tx, r *kgo.Record, reason, detail string, res *batchResult) error {
+	dlq := in.cfg.Topics.AttemptsDLQ
+	if r.Topic == in.cfg.Topics.Decisions {
+		dlq = in.cfg.Topics.DecisionsDLQ
+	}
+	res.dead[[2]string{in.metricTopic(r.Topic), reason}]++
+	in.log.Info("dead letter", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "detail", detail)
+	pos := r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
+	return outbox.Insert(ctx, tx, outbox.Message{
+		Topic: dlq, Key: r.Key, Value: r.Value, EventID: pos,
+		Headers: []outbox.Header{
+			{Key: "bookrecon.dlq.reason", Value: reason},
+			{Key: "bookrecon.dlq.detail", Value: detail},
+			{Key: "bookrecon.source.topic", Value: r.Topic},
+			{Key: "bookrecon.source.partition", Value: strconv.Itoa(int(r.Partition))},
+			{Key: "bookrecon.source.offset", Value: strconv.FormatInt(r.Offset, 10)},
+		},
+	})
+}
+
+// isPoison reports whether err came from the record's own data: a PostgreSQL data exception
+// (class 22) or integrity violation (class 23), or an error that is not a database or network
+// error at all. Connection failures, timeouts, 40001/40P01, resource and operator errors are
+// infrastructure: the batch is retried.
+func isPoison(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
+	}
+	return false
+}
+
+// ensureDays creates processed_event partitions for days not seen before.
+func (in *Ingester) ensureDays(ctx context.Context, days map[time.Time]bool) error {
+	in.mu.Lock()
+	var missing []time.Time
+	for d := range days {
+		if !in.knownDays[d] {
+			missing = append(missing, d)
+		}
+	}
+	in.mu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := processedevent.EnsurePartitions(ctx, in.pool, missing...); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	for _, d := range missing {
+		in.knownDays[d] = true
+	}
+	in.mu.Unlock()
+	return nil
+}
+
+// maintainPartitions keeps partitions for [today − RetentionDays, today + 2], drops older ones
+// whole, and moves the stale_event bound to the oldest kept day (docs/retention.md).
+func (in *Ingester) maintainPartitions(ctx context.Context) error {
+	today := processedevent.Day(time.Now())
+	var days []time.Time
+	for d := -in.cfg.RetentionDays; d <= 2; d++ {
+		days = append(days, today.AddDate(0, 0, d))
+	}
+	if err := processedevent.EnsurePartitions(ctx, in.pool, days...); err != nil {
+		return err
+	}
+	dropped, err := processedevent.DropBefore(ctx, in.pool, days[0])
+	if err != nil {
+		return err
+	}
+	if len(dropped) > 0 {
+		in.log.Info("processed_event partitions dropped", "days", len(dropped))
+	}
+	oldest, err := processedevent.OldestDay(ctx, in.pool)
+	if err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.minOccured = oldest
+	for _, d := range days {
+		in.knownDays[d] = true
+	}
+	in.mu.Unlock()
+	return nil
+}
+
+// checkRetention refuses to start when an input topic keeps records longer than
+// processed_event does (minus the margin): a redelivery could then outlive its dedup row.
+func (in *Ingester) checkRetention(ctx context.Context) error {
+	adm := kadm.NewClient(in.client)
+	cfgs, err := adm.DescribeTopicConfigs(ctx, in.cfg.Topics.Attempts, in.cfg.Topics.Decisions)
+	if err != nil {
+		return fmt.Errorf("ingest: describe topic configs: %w", err)
+	}
+	ttl := time.Duration(in.cfg.RetentionDays) * 24 * time.Hour
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			return fmt.Errorf("ingest: topic %s: %w", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "retention.ms" || c.Value == nil {
+				continue
+			}
+			ms, err := strconv.ParseInt(*c.Value, 10, 64)
+			if err != nil {
+				return fmt.Errorf("ingest: topic %s retention.ms: %w", rc.Name, err)
+			}
+			if ms < 0 || time.Duration(ms)*time.Millisecond+in.cfg.RetentionMargin > ttl {
+				return fmt.Errorf("ingest: topic %s keeps records %s (+%s margin) but processed_event keeps %s: raise RetentionDays or lower retention.ms",
+					rc.Name, time.Duration(ms)*time.Millisecond, in.cfg.RetentionMargin, ttl)
+			}
+		}
+	}
+	return nil
+}
