@@ -22,6 +22,9 @@ type cli struct {
 	AdminAddr     string   `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int      `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
 	MaxPoll       int      `env:"BOOKRECON_MAX_POLL_RECORDS" default:"1000" help:"Records per batch."`
+	Group         string   `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
+	TopicSuffix   string   `env:"BOOKRECON_TOPIC_SUFFIX" help:"Appended as .<suffix> to every topic name (isolated test runs); empty for the v1 topics."`
+	Failpoint     string   `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
 }
 
 func main() {
@@ -35,10 +38,30 @@ func main() {
 		log.Error("capability map", "err", err)
 		os.Exit(1)
 	}
+	topics := ingest.DefaultTopics()
+	if c.TopicSuffix != "" {
+		for _, t := range []*string{&topics.Attempts, &topics.AttemptsDLQ, &topics.Decisions, &topics.DecisionsDLQ, &topics.Resolutions, &topics.Escalations} {
+			*t += "." + c.TopicSuffix
+		}
+	}
+	deps := ingest.Deps{Logger: log}
+	if c.Failpoint != "" {
+		fp, err := ingest.ParseFailpoint(c.Failpoint)
+		if err != nil {
+			log.Error("failpoint", "err", err)
+			os.Exit(1)
+		}
+		log.Warn("failpoint armed", "failpoint", c.Failpoint)
+		fp.Install(&deps, func() {
+			p, _ := os.FindProcess(os.Getpid())
+			_ = p.Kill() // SIGKILL: no deferred work, no offset commit, no group leave
+			select {}
+		})
+	}
 	err = ingest.Run(ctx, ingest.Config{
-		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m,
+		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: topics,
 		AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll,
-	}, ingest.Deps{Logger: log})
+	}, deps)
 	if err != nil {
 		log.Error("ingester stopped", "err", err)
 		os.Exit(1)

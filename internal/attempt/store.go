@@ -74,6 +74,7 @@ type Effects struct {
 	EscalationsClosed  map[Reason]int
 	EscalationRecurred int
 	TimeToTerminal     []TerminalTiming
+	UnknownAges        []float64 // seconds UNKNOWN, for attempts settled from UNKNOWN
 	DecisionsApplied   int
 	DecisionsKept      int
 }
@@ -123,20 +124,28 @@ type Row struct {
 	LastLookupResult  string
 	BlindRetry        bool
 	GateJudged        bool
+	Token             int64 // lease_token: the reconciler's fencing token
+	// Escalated: an escalation other than no_lookup_capability exists for the attempt; its
+	// checks continue at the maximum interval (DESIGN.md "Reconciliation").
+	Escalated bool
 }
+
+// LeaseToken returns the attempt's fencing token.
+func (a *Row) LeaseToken() int64 { return a.Token }
 
 const rowColumns = `id, tenant_id, booking_intent_id, operation, subject, operation_version, idempotency_key,
 	provider, status, coalesce(resolution_source, ''), coalesce(request_hash, ''), coalesce(fingerprint, ''),
 	coalesce(client_reference, ''), coalesce(provider_reference, ''), coalesce(failure_code, ''),
 	coalesce(retryable, false), coalesce(timeout_class, ''), started_at, first_event_at, window_start,
-	failed_fact_at, created_at, unknown_since, check_count, coalesce(last_lookup_result, ''), blind_retry, gate_judged`
+	failed_fact_at, created_at, unknown_since, check_count, coalesce(last_lookup_result, ''), blind_retry, gate_judged, lease_token,
+	EXISTS (SELECT 1 FROM escalation e WHERE e.attempt_id = booking_attempt.id AND e.reason <> 'no_lookup_capability')`
 
 func scanRow(r pgx.Row) (*Row, error) {
 	var a Row
 	err := r.Scan(&a.ID, &a.TenantID, &a.BookingIntentID, &a.Operation, &a.Subject, &a.Version, &a.IdempotencyKey,
 		&a.Provider, &a.Status, &a.Source, &a.RequestHash, &a.Fingerprint, &a.ClientReference, &a.ProviderReference,
 		&a.FailureCode, &a.Retryable, &a.TimeoutClass, &a.StartedAt, &a.FirstEventAt, &a.WindowStart,
-		&a.FailedFactAt, &a.CreatedAt, &a.UnknownSince, &a.CheckCount, &a.LastLookupResult, &a.BlindRetry, &a.GateJudged)
+		&a.FailedFactAt, &a.CreatedAt, &a.UnknownSince, &a.CheckCount, &a.LastLookupResult, &a.BlindRetry, &a.GateJudged, &a.Token, &a.Escalated)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +187,17 @@ func (t *Tx) ByKey(ctx context.Context, tenantID, key string) (*Row, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read %s/%s: %w", tenantID, key, err)
+	}
+	return a, nil
+}
+
+// ReadByID reads one attempt without locking it.
+func ReadByID(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id uuid.UUID) (*Row, error) {
+	a, err := scanRow(q.QueryRow(ctx, `SELECT `+rowColumns+` FROM booking_attempt WHERE id = $1`, id))
+	if err != nil {
+		return nil, fmt.Errorf("attempt: read %s: %w", id, err)
 	}
 	return a, nil
 }
@@ -391,6 +411,9 @@ func (t *Tx) Resolved(ctx context.Context, a *Row, causeID, closedBy, actor stri
 	}
 	t.Resolutions[[2]string{string(a.Source), string(a.Status)}]++
 	t.TimeToTerminal = append(t.TimeToTerminal, TerminalTiming{Status: a.Status, Seconds: time.Since(a.CreatedAt).Seconds()})
+	if a.UnknownSince != nil {
+		t.UnknownAges = append(t.UnknownAges, time.Since(*a.UnknownSince).Seconds())
+	}
 	if err := t.publish(ctx, cmp.Or(t.cfg.ResolutionsTopic, events.TopicResolutions), a, msg.OutputEnvelope, msg); err != nil {
 		return err
 	}

@@ -115,6 +115,12 @@ type Deps struct {
 	AdminStarted func(addr string)
 	// AfterDBCommit, when set, runs between the database commit and the offset commit (crash tests).
 	AfterDBCommit func()
+	// BeforeRecord, when set, runs inside the batch transaction before the record at index of
+	// the batch is applied; index 0 starts a transaction attempt (crash tests, see Failpoint).
+	BeforeRecord func(index int)
+	// OnAssigned, when set, runs at the start of every consumer-group session, i.e. after every
+	// rebalance, with the partitions newly assigned (possibly none) (rebalance tests).
+	OnAssigned func(assigned map[string][]int32)
 }
 
 // Ingester is a running ingester's state.
@@ -181,6 +187,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	)
+	if deps.OnAssigned != nil {
+		opts = append(opts, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { deps.OnAssigned(a) }))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("ingest: kafka client: %w", err)
@@ -371,6 +380,9 @@ func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 	err := postgres.WithTx(ctx, in.pool, func(tx pgx.Tx) error {
 		res = batchResult{consumed: map[[2]string]int{}, duplicates: map[string]int{}, dead: map[[2]string]int{}, decisions: map[[2]string]int{}}
 		for i := range items {
+			if in.deps.BeforeRecord != nil {
+				in.deps.BeforeRecord(i)
+			}
 			if err := in.applyOne(ctx, tx, &items[i], &res); err != nil {
 				return err
 			}
@@ -407,7 +419,7 @@ func (in *Ingester) applyOne(ctx context.Context, tx pgx.Tx, it *item, res *batc
 	topic := it.rec.Topic
 	if it.invalid != nil {
 		res.consumed[[2]string{in.metricTopic(topic), "invalid"}]++
-		return in.deadLetter(ctx, tx, it.rec, string(it.invalid.Reason), it.invalid.Field+detailSep(it.invalid), res)
+		return in.deadLetter(ctx, tx, it.rec, string(it.invalid.Reason), it.invalid.Detail, res)
 	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
@@ -428,16 +440,6 @@ func (in *Ingester) applyOne(ctx context.Context, tx pgx.Tx, it *item, res *batc
 	}
 	in.log.Error("record failed; dead-lettered", "topic", topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "err", err)
 	return in.deadLetter(ctx, tx, it.rec, ReasonProcessingFailed, "sqlstate "+postgres.SQLState(err), res)
-}
-
-func detailSep(e *events.InvalidError) string {
-	if e.Detail == "" {
-		return ""
-	}
-	if e.Field == "" {
-		return e.Detail
-	}
-	return ": " + e.Detail
 }
 
 func (in *Ingester) metricTopic(topic string) string {

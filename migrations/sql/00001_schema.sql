@@ -64,6 +64,7 @@ CREATE TABLE booking_attempt (
     lease_expires_at           timestamptz,
     gate_judged                boolean     NOT NULL DEFAULT false,
     blind_retry                boolean     NOT NULL DEFAULT false,
+    deadline_done              boolean     NOT NULL DEFAULT false, -- the escalator has judged its deadline
     FOREIGN KEY (tenant_id, booking_intent_id) REFERENCES booking_intent (tenant_id, booking_intent_id),
     UNIQUE (tenant_id, idempotency_key),
     UNIQUE (tenant_id, booking_intent_id, operation, subject, operation_version)
@@ -71,7 +72,8 @@ CREATE TABLE booking_attempt (
 -- Claims scan only due UNKNOWN rows: cost grows with the due set, not the table.
 CREATE INDEX booking_attempt_due ON booking_attempt (next_check_at) WHERE status = 'UNKNOWN';
 CREATE INDEX booking_attempt_in_progress ON booking_attempt (created_at) WHERE status = 'IN_PROGRESS';
-CREATE INDEX booking_attempt_unknown_since ON booking_attempt (unknown_since) WHERE status = 'UNKNOWN';
+-- The escalator's scan: UNKNOWN attempts whose deadline has not been judged yet.
+CREATE INDEX booking_attempt_deadline ON booking_attempt (unknown_since) WHERE status = 'UNKNOWN' AND NOT deadline_done;
 
 -- attempt_transition: the audit trail. Every state change, and every fact recorded without one
 -- (repeats, stale reports, late verdicts), with its cause: an event, a lookup, or actor + reason.

@@ -1,0 +1,231 @@
+// Package escalate is the escalator: it raises deadline_exceeded for attempts that stayed
+// UNKNOWN longer than their deadline (per provider and operation, from the capability map),
+// measured on the database clock from when the pipeline recorded the attempt UNKNOWN, and not
+// while an ambiguous_match or no_lookup_capability escalation is open for the attempt
+// (DESIGN.md "Escalations"). The escalation row and its escalation.opened outbox row commit
+// together; the (attempt, reason) UNIQUE key makes it exactly once.
+//
+// Several escalators may run at once: candidates are read without locks, and each is judged in
+// its own transaction that locks the intent, re-reads the attempt and re-checks the condition.
+// The scan reads a partial index of UNKNOWN attempts whose deadline is not judged yet, so its
+// cost grows with the due items, not the table.
+package escalate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+// Config configures an escalator.
+type Config struct {
+	// Providers is the capability map (required): deadline and deadlineByOperation.
+	Providers *providers.Map
+	// Poll is the pause between rounds (default 250ms).
+	Poll time.Duration
+	// Batch is the most candidates judged per round (default 200).
+	Batch int
+	// Store is the attempt store's configuration (topics).
+	Store attempt.Config
+}
+
+// Escalator raises deadline_exceeded escalations.
+type Escalator struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	metrics *Metrics
+	minDead time.Duration
+	// BeforeCommit, when set, runs inside each escalation's transaction before it commits
+	// (tests kill an escalator here).
+	BeforeCommit func(ctx context.Context, attemptID uuid.UUID)
+}
+
+// Metrics are the escalator's series.
+type Metrics struct {
+	Opened    *prometheus.CounterVec // reason
+	Open      *prometheus.GaugeVec   // reason
+	OldestAge prometheus.Gauge
+	Age       prometheus.Histogram
+}
+
+// New returns an escalator; reg may be nil.
+func New(cfg Config, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer) (*Escalator, error) {
+	if cfg.Providers == nil {
+		return nil, errors.New("escalate: Providers (capability map) is required")
+	}
+	cfg.Poll = cmp.Or(cfg.Poll, 250*time.Millisecond)
+	cfg.Batch = cmp.Or(cfg.Batch, 200)
+	if log == nil {
+		log = slog.Default()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	e := &Escalator{cfg: cfg, pool: pool, log: log}
+	e.metrics = &Metrics{
+		Opened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_escalations_opened_total",
+			Help: "Escalations opened, by reason."}, []string{"reason"}),
+		Open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bookrecon_escalations_open",
+			Help: "Open escalations, by reason (all services' escalations, read from the database)."}, []string{"reason"}),
+		OldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bookrecon_escalation_oldest_open_age_seconds",
+			Help: "Age in seconds of the oldest open escalation (0 when none)."}),
+	}
+	reg.MustRegister(e.metrics.Opened, e.metrics.Open, e.metrics.OldestAge)
+	for _, r := range attempt.Reasons() {
+		e.metrics.Opened.WithLabelValues(string(r))
+		e.metrics.Open.WithLabelValues(string(r))
+	}
+	e.minDead = -1
+	for _, name := range cfg.Providers.Names() {
+		c, _ := cfg.Providers.Get(name)
+		for _, op := range events.Operations() {
+			if d := c.DeadlineFor(op); e.minDead < 0 || d < e.minDead {
+				e.minDead = d
+			}
+		}
+	}
+	if e.minDead < 0 {
+		e.minDead = 0
+	}
+	return e, nil
+}
+
+// Run escalates until ctx ends: ticker → RunOnce → log → continue.
+func (e *Escalator) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		n, err := e.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("escalation round failed; retrying", "err", err)
+		}
+		if n > 0 {
+			e.log.Info("deadline escalations raised", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(e.cfg.Poll):
+		}
+	}
+	return nil
+}
+
+type candidate struct {
+	id             uuid.UUID
+	tenant, intent string
+}
+
+// RunOnce judges one batch of UNKNOWN attempts past the shortest deadline and returns how many
+// deadline_exceeded escalations it opened.
+func (e *Escalator) RunOnce(ctx context.Context) (int, error) {
+	if err := e.observeOpen(ctx); err != nil {
+		return 0, err
+	}
+	rows, err := e.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id FROM booking_attempt
+		WHERE status = 'UNKNOWN' AND NOT deadline_done AND unknown_since <= now() - $1::interval
+		ORDER BY unknown_since LIMIT $2`, fmt.Sprintf("%d microseconds", e.minDead.Microseconds()), e.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("escalate: scan: %w", err)
+	}
+	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
+		var c candidate
+		return c, r.Scan(&c.id, &c.tenant, &c.intent)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("escalate: scan: %w", err)
+	}
+	opened := 0
+	for _, c := range cands {
+		ok, err := e.judge(ctx, c)
+		if err != nil {
+			return opened, err
+		}
+		if ok {
+			opened++
+			e.metrics.Opened.WithLabelValues(string(attempt.ReasonDeadlineExceeded)).Inc()
+		}
+	}
+	return opened, nil
+}
+
+// judge re-checks one candidate under its intent lock and escalates it when its deadline passed.
+func (e *Escalator) judge(ctx context.Context, c candidate) (bool, error) {
+	opened := false
+	err := postgres.WithTx(ctx, e.pool, func(tx pgx.Tx) error {
+		opened = false
+		at := attempt.NewTx(tx, &e.cfg.Store)
+		if err := at.LockIntent(ctx, c.tenant, c.intent); err != nil {
+			return err
+		}
+		a, err := at.ByID(ctx, c.id)
+		if err != nil {
+			return err
+		}
+		if a.Status != attempt.StatusUnknown || a.UnknownSince == nil {
+			return nil
+		}
+		caps, _ := e.cfg.Providers.Get(a.Provider)
+		var due, held bool
+		err = tx.QueryRow(ctx, `SELECT $2::timestamptz + $3::interval <= now(),
+			EXISTS (SELECT 1 FROM escalation WHERE attempt_id = $1 AND state = 'open' AND reason IN ('ambiguous_match', 'no_lookup_capability'))`,
+			a.ID, *a.UnknownSince, fmt.Sprintf("%d microseconds", caps.DeadlineFor(a.Operation).Microseconds())).Scan(&due, &held)
+		if err != nil {
+			return fmt.Errorf("escalate: judge %s: %w", a.IdempotencyKey, err)
+		}
+		if !due {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE booking_attempt SET deadline_done = true WHERE id = $1`, a.ID); err != nil {
+			return err
+		}
+		if held {
+			return nil // an open ambiguous_match or no_lookup_capability holds the deadline back
+		}
+		if err := at.Escalate(ctx, a, attempt.ReasonDeadlineExceeded, ""); err != nil {
+			return err
+		}
+		opened = at.EscalationsOpened[attempt.ReasonDeadlineExceeded] > 0
+		if e.BeforeCommit != nil {
+			e.BeforeCommit(ctx, a.ID)
+		}
+		return nil
+	})
+	return opened, err
+}
+
+func (e *Escalator) observeOpen(ctx context.Context) error {
+	rows, err := e.pool.Query(ctx, `SELECT reason, count(*), extract(epoch FROM now() - min(opened_at))::float8
+		FROM escalation WHERE state = 'open' GROUP BY reason`)
+	if err != nil {
+		return fmt.Errorf("escalate: open escalations: %w", err)
+	}
+	defer rows.Close()
+	for _, r := range attempt.Reasons() {
+		e.metrics.Open.WithLabelValues(string(r)).Set(0)
+	}
+	oldest := 0.0
+	for rows.Next() {
+		var reason string
+		var n int
+		var age float64
+		if err := rows.Scan(&reason, &n, &age); err != nil {
+			return err
+		}
+		e.metrics.Open.WithLabelValues(reason).Set(float64(n))
+		oldest = max(oldest, age)
+	}
+	e.metrics.OldestAge.Set(oldest)
+	return rows.Err()
+}
