@@ -28,10 +28,11 @@ type cli struct {
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c, kong.Name("bookrecon"), kong.Description("bookrecon: booking attempt reconciliation."), kong.UsageOnError())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := kctx.Run(ctx, &c.Globals); err != nil {
+	kctx := kong.Parse(&c, kong.Name("bookrecon"), kong.Description("bookrecon: booking attempt reconciliation."),
+		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)))
+	if err := kctx.Run(&c.Globals); err != nil {
 		fmt.Fprintln(os.Stderr, "bookrecon:", err)
 		os.Exit(1)
 	}

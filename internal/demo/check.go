@@ -103,13 +103,13 @@ func (r Report) String() string {
 
 // Observed is what the pipeline produced, read from the database, the topics and /metrics.
 type Observed struct {
-	Attempts    map[string][3]string            // tenant/key → status, source, reference
-	Escalations map[string][2]string            // tenant/key/reason → state, closedBy
-	Opened      map[string]int                  // tenant/key/reason → distinct escalation.opened eventIds on the topic
-	Resolutions map[string]int                  // tenant/key → distinct attempt.resolved eventIds on the topic
-	DeadLetters map[string]string               // source partition/offset → eventId + " " + reason
-	Counters    map[string]float64              // counts from /metrics, by expected.json count name
-	Extra       []string                        // anything else worth reporting
+	Attempts    map[string][3]string                      // tenant/key → status, source, reference
+	Escalations map[string][2]string                      // tenant/key/reason → state, closedBy
+	Opened      map[string]int                            // tenant/key/reason → distinct escalation.opened eventIds on the topic
+	Resolutions map[string]int                            // tenant/key → distinct attempt.resolved eventIds on the topic
+	DeadLetters map[string]string                         // source partition/offset → eventId + " " + reason
+	Counters    map[string]float64                        // counts from /metrics, by expected.json count name
+	Extra       []string                                  // anything else worth reporting
 	ManualAudit map[string]struct{ Actor, Reason string } // tenant/key → a manual transition's actor and reason
 }
 

@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 }
 
 // relayLockKey elects the ingester's one active outbox relay.
-const relayLockKey = 0x626b7201
+const relayLockKey = outbox.LockKey
 
 func (in *Ingester) consume(ctx context.Context) error {
 	for {

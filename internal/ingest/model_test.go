@@ -88,7 +88,9 @@ func newModel(t testing.TB, h *pipelinetest.Harness, tag string, intents int) *m
 			return &events.Request{OfferVersion: fmt.Sprintf("off_%d:1", i), TravellerRef: fmt.Sprintf("tr_%05d", i),
 				Amount: &events.Amount{Value: "49.90", Currency: "EUR"}}
 		}
-		rec := func(cr string) events.Recovery { return events.Recovery{ClientReference: cr, CorrelationID: "corr_" + intent} }
+		rec := func(cr string) events.Recovery {
+			return events.Recovery{ClientReference: cr, CorrelationID: "corr_" + intent}
+		}
 		key := func(prefix string, v int) string { return fmt.Sprintf("%s/%s:%s:v%d", tenant, prefix, intent, v) }
 		var evs []events.Attempt
 		switch i % 5 {

@@ -210,3 +210,7 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 var _ = errors.New
+
+// LockKey is the advisory lock of the outbox relay. Every service runs a relay, but all share
+// this key, so exactly one relay publishes at a time and rows keep their id order.
+const LockKey int64 = 0x626b7201

@@ -1,0 +1,53 @@
+// Command escalator hands attempts that stayed UNKNOWN past their deadline to people on
+// booking.escalations.v1 (see internal/escalate).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bookrecon/bookrecon/internal/escalate"
+	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+type cli struct {
+	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	KafkaBrokers []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
+	Providers    string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map: deadline, deadlineByOperation."`
+	AdminAddr    string        `env:"BOOKRECON_ESCALATOR_ADMIN_ADDR" default:"127.0.0.1:9103" help:"Address of /metrics, /livez, /readyz."`
+	Poll         time.Duration `env:"BOOKRECON_ESCALATE_POLL" default:"250ms" help:"Pause between scans."`
+}
+
+func main() {
+	var c cli
+	kong.Parse(&c, kong.Description("bookrecon escalator"))
+	log := telemetry.Logger("escalator")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m, err := providers.LoadMap(c.Providers)
+	if err != nil {
+		log.Error("capability map", "err", err)
+		os.Exit(1)
+	}
+	reg := telemetry.NewRegistry()
+	err = service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
+		func(ctx context.Context, pool *pgxpool.Pool) error {
+			esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll}, pool, log, reg)
+			if err != nil {
+				return err
+			}
+			return esc.Run(ctx)
+		})
+	if err != nil {
+		log.Error("escalator stopped", "err", err)
+		os.Exit(1)
+	}
+}

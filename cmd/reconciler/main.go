@@ -1,0 +1,61 @@
+// Command reconciler settles UNKNOWN booking attempts at the providers (see internal/reconcile).
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+type cli struct {
+	DatabaseURL       string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	KafkaBrokers      []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
+	Providers         string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map."`
+	ProviderURL       string        `env:"BOOKRECON_PROVIDER_URL" default:"http://127.0.0.1:18080" help:"Base URL of the providers' lookup API (the simulator)."`
+	AdminAddr         string        `env:"BOOKRECON_RECONCILER_ADMIN_ADDR" default:"127.0.0.1:9102" help:"Address of /metrics, /livez, /readyz."`
+	Poll              time.Duration `env:"BOOKRECON_RECONCILE_POLL" default:"250ms" help:"Pause between rounds when nothing is due."`
+	InitialInterval   time.Duration `env:"BOOKRECON_BACKOFF_INITIAL" default:"1s" help:"Backoff initial interval."`
+	MaxInterval       time.Duration `env:"BOOKRECON_BACKOFF_MAX" default:"10m" help:"Backoff maximum interval."`
+	NoJitter          bool          `env:"BOOKRECON_BACKOFF_NO_JITTER" help:"RandomizationFactor 0 (the demo's settings)."`
+	CallTimeout       time.Duration `env:"BOOKRECON_PROVIDER_CALL_TIMEOUT" default:"5s" help:"Provider call timeout; the lease is twice this."`
+	InProgressTimeout time.Duration `env:"BOOKRECON_IN_PROGRESS_TIMEOUT" default:"15m" help:"IN_PROGRESS older than this turns UNKNOWN (stale_in_progress)."`
+}
+
+func main() {
+	var c cli
+	kong.Parse(&c, kong.Description("bookrecon reconciler"))
+	log := telemetry.Logger("reconciler")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m, err := providers.LoadMap(c.Providers)
+	if err != nil {
+		log.Error("capability map", "err", err)
+		os.Exit(1)
+	}
+	reg := telemetry.NewRegistry()
+	err = service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
+		func(ctx context.Context, pool *pgxpool.Pool) error {
+			rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
+				MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout},
+				pool, providers.NewHTTP(c.ProviderURL, &http.Client{}), log, reg, nil)
+			if err != nil {
+				return err
+			}
+			return rec.Run(ctx)
+		})
+	if err != nil {
+		log.Error("reconciler stopped", "err", err)
+		os.Exit(1)
+	}
+}

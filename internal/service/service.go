@@ -1,0 +1,60 @@
+// Package service holds what the reconciler and escalator binaries share around their loop: the
+// pool (migrated), the admin server, the outbox relay and two-phase shutdown.
+package service
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/outbox"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/migrations"
+)
+
+// Config is the shared part of a service's configuration.
+type Config struct {
+	Name        string
+	DatabaseURL string
+	Brokers     []string
+	AdminAddr   string
+	MaxDBConns  int32
+}
+
+// Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
+// until ctx ends, then stops the relay, closes the Kafka client and the pool last.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
+	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, max(cfg.MaxDBConns, 4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.UpPool(ctx, pool); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kafka.Options(cfg.Brokers, log, reg, cfg.Name)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Config: outbox.RelayConfig{LockKey: outbox.LockKey}}
+	wg.Go(func() { _ = relay.Run(bg) })
+	wg.Go(func() {
+		ready := func(ctx context.Context) error { return pool.Ping(ctx) }
+		if err := telemetry.Serve(bg, cfg.AdminAddr, reg, ready, log, nil); err != nil {
+			log.Error("admin server", "err", err)
+		}
+	})
+	return loop(ctx, pool)
+}
