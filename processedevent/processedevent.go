@@ -192,3 +192,91 @@ func DropBefore(ctx context.Context, db interface {
 	}
 	return dropped, nil
 }
+
+// InsertMany is Insert for a batch, in two statements: one INSERT ... ON CONFLICT DO NOTHING
+// RETURNING for all of evs, one read of the stored hashes of those not inserted. The outcome of
+// each event is as if Insert had been called for each in slice order: the first occurrence of
+// an id in evs may apply, later occurrences are duplicates or collisions of it.
+func (s Store) InsertMany(ctx context.Context, tx pgx.Tx, evs []Event) ([]Outcome, error) {
+	out := make([]Outcome, len(evs))
+	if len(evs) == 0 {
+		return out, nil
+	}
+	type key struct {
+		tenant, id string
+		day        time.Time
+	}
+	first := map[key]int{}
+	var tenants, ids, hashes []string
+	var days []time.Time
+	for i, e := range evs {
+		k := key{e.TenantID, e.EventID, e.Day()}
+		if _, ok := first[k]; ok {
+			continue
+		}
+		first[k] = i
+		tenants, ids, hashes, days = append(tenants, e.TenantID), append(ids, e.EventID), append(hashes, e.Hash), append(days, e.Day())
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
+		SELECT $1, t, e, d, h FROM unnest($2::text[], $3::text[], $4::date[], $5::text[]) AS u(t, e, d, h)
+		ON CONFLICT DO NOTHING RETURNING tenant_id, event_id, occurred_day`, s.Consumer, tenants, ids, days, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("processedevent: insert %d: %w", len(ids), err)
+	}
+	inserted, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (key, error) {
+		var k key
+		err := r.Scan(&k.tenant, &k.id, &k.day)
+		k.day = Day(k.day)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("processedevent: insert %d: %w", len(ids), err)
+	}
+	applied := make(map[key]bool, len(inserted))
+	for _, k := range inserted {
+		applied[k] = true
+	}
+	stored := map[key]string{}
+	var qt, qi []string
+	var qd []time.Time
+	for k := range first {
+		if !applied[k] {
+			qt, qi, qd = append(qt, k.tenant), append(qi, k.id), append(qd, k.day)
+		}
+	}
+	if len(qt) > 0 {
+		rows, err := tx.Query(ctx, `SELECT p.tenant_id, p.event_id, p.occurred_day, p.event_hash FROM processed_event p
+			JOIN unnest($2::text[], $3::text[], $4::date[]) AS u(t, e, d) ON p.tenant_id = u.t AND p.event_id = u.e AND p.occurred_day = u.d
+			WHERE p.consumer = $1`, s.Consumer, qt, qi, qd)
+		if err != nil {
+			return nil, fmt.Errorf("processedevent: read hashes: %w", err)
+		}
+		for rows.Next() {
+			var k key
+			var h string
+			if err := rows.Scan(&k.tenant, &k.id, &k.day, &h); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			k.day = Day(k.day)
+			stored[k] = h
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	for i, e := range evs {
+		k := key{e.TenantID, e.EventID, e.Day()}
+		switch {
+		case first[k] == i && applied[k]:
+			out[i] = Applied
+			stored[k] = e.Hash
+		case stored[k] == e.Hash:
+			out[i] = Duplicate
+		default:
+			out[i] = Collision
+		}
+	}
+	return out, nil
+}

@@ -24,6 +24,7 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Apply the database migrations."`
 	Publish publishCmd `cmd:"" help:"Publish a JSONL file to a topic, keyed by bookingIntentId, with time rebasing."`
 	Demo    demoCmd    `cmd:"" help:"Run the whole pipeline on the sample input and print the report."`
+	Ops     opsCmds    `embed:""`
 }
 
 func main() {

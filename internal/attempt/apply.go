@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -121,11 +122,14 @@ func (t *Tx) create(ctx context.Context, ev events.Attempt, f Fact, v Verdict, h
 }
 
 func (t *Tx) firstCheck() string {
-	d := t.cfg.FirstCheck
-	if d <= 0 {
-		d = defaultFirstCheck
+	return fmt.Sprintf("%d microseconds", t.firstCheckDuration().Microseconds())
+}
+
+func (t *Tx) firstCheckDuration() time.Duration {
+	if t.cfg.FirstCheck <= 0 {
+		return defaultFirstCheck
 	}
-	return fmt.Sprintf("%d microseconds", d.Microseconds())
+	return t.cfg.FirstCheck
 }
 
 // afterChange runs the rules that follow a creation, a status change or a filled-in request:

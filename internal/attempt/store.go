@@ -128,6 +128,13 @@ type Row struct {
 	// Escalated: an escalation other than no_lookup_capability exists for the attempt; its
 	// checks continue at the maximum interval (DESIGN.md "Reconciliation").
 	Escalated bool
+
+	// Kept in memory by Bulk only.
+	request     *events.Request
+	recovery    events.Recovery
+	terminal    bool
+	unknownNow  bool
+	requestSent *bool
 }
 
 // LeaseToken returns the attempt's fencing token.
@@ -261,18 +268,45 @@ func (t *Tx) envelope(a *Row, typ events.EventType, id string) events.OutputEnve
 }
 
 func (t *Tx) publish(ctx context.Context, topic string, a *Row, env events.OutputEnvelope, v any) error {
-	b, err := json.Marshal(v)
+	m, err := t.message(topic, a, env, v)
 	if err != nil {
 		return err
 	}
-	src := t.cfg.Source
-	if src == "" {
-		src = "/bookrecon"
+	return outbox.Insert(ctx, t.tx, m)
+}
+
+// message builds the outbox record of an output: JSON body, key = bookingIntentId, CloudEvents
+// binary-mode headers.
+func (t *Tx) message(topic string, a *Row, env events.OutputEnvelope, v any) (outbox.Message, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return outbox.Message{}, err
 	}
-	return outbox.Insert(ctx, t.tx, outbox.Message{
+	src := cmp.Or(t.cfg.Source, "/bookrecon")
+	return outbox.Message{
 		Topic: topic, Key: []byte(a.BookingIntentID), Value: b, EventID: env.EventID,
 		Headers: outbox.CloudEvent(env.EventID, src, string(env.EventType), a.TenantID+"/"+a.IdempotencyKey, a.BookingIntentID, env.OccurredAt),
-	})
+	}, nil
+}
+
+// resolvedMessage builds attempt.resolved for a and counts it.
+func (t *Tx) resolvedMessage(a *Row, causeID string) (outbox.Message, error) {
+	msg := events.Resolved{
+		OutputEnvelope:   t.envelope(a, events.EventResolved, events.OutputID(a.TenantID, a.IdempotencyKey, "attempt.resolved", causeID)),
+		Status:           string(a.Status),
+		ResolutionSource: string(a.Source),
+		FailureCode:      resolutionFailureCode(a),
+		ResolvedAt:       time.Now().UTC(),
+	}
+	if a.ProviderReference != "" {
+		msg.ProviderReference = &a.ProviderReference
+	}
+	t.Resolutions[[2]string{string(a.Source), string(a.Status)}]++
+	t.TimeToTerminal = append(t.TimeToTerminal, TerminalTiming{Status: a.Status, Seconds: time.Since(a.CreatedAt).Seconds()})
+	if a.UnknownSince != nil {
+		t.UnknownAges = append(t.UnknownAges, time.Since(*a.UnknownSince).Seconds())
+	}
+	return t.message(cmp.Or(t.cfg.ResolutionsTopic, events.TopicResolutions), a, msg.OutputEnvelope, msg)
 }
 
 // Escalate opens the (attempt, reason) escalation insert-first with its escalation.opened
@@ -399,22 +433,11 @@ func resolutionFailureCode(a *Row) *string {
 // Resolved publishes attempt.resolved for a, caused by causeID, and closes its outcome
 // escalations; closedBy is event, lookup or manual.
 func (t *Tx) Resolved(ctx context.Context, a *Row, causeID, closedBy, actor string) error {
-	msg := events.Resolved{
-		OutputEnvelope:   t.envelope(a, events.EventResolved, events.OutputID(a.TenantID, a.IdempotencyKey, "attempt.resolved", causeID)),
-		Status:           string(a.Status),
-		ResolutionSource: string(a.Source),
-		FailureCode:      resolutionFailureCode(a),
-		ResolvedAt:       time.Now().UTC(),
+	m, err := t.resolvedMessage(a, causeID)
+	if err != nil {
+		return err
 	}
-	if a.ProviderReference != "" {
-		msg.ProviderReference = &a.ProviderReference
-	}
-	t.Resolutions[[2]string{string(a.Source), string(a.Status)}]++
-	t.TimeToTerminal = append(t.TimeToTerminal, TerminalTiming{Status: a.Status, Seconds: time.Since(a.CreatedAt).Seconds()})
-	if a.UnknownSince != nil {
-		t.UnknownAges = append(t.UnknownAges, time.Since(*a.UnknownSince).Seconds())
-	}
-	if err := t.publish(ctx, cmp.Or(t.cfg.ResolutionsTopic, events.TopicResolutions), a, msg.OutputEnvelope, msg); err != nil {
+	if err := outbox.Insert(ctx, t.tx, m); err != nil {
 		return err
 	}
 	return t.CloseEscalations(ctx, a, OutcomeReasons, closedBy, actor, "")

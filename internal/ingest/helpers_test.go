@@ -3,13 +3,20 @@ package ingest_test
 import (
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// discardLogger discards logs, unless BOOKRECON_TEST_LOG is set (then they go to stderr).
+func discardLogger() *slog.Logger {
+	if os.Getenv("BOOKRECON_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 // metric returns the value of a counter or gauge series; labels are name, value pairs.
 func metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {

@@ -74,6 +74,9 @@ type Config struct {
 	AdminAddr string
 	// MaxDBConns bounds the pool (default 8).
 	MaxDBConns int32
+	// PerEventOnly disables the set-based fast path: every record is applied on its own under
+	// a savepoint (the baseline of `make bench`, and a switch if the fast path misbehaves).
+	PerEventOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -377,18 +380,36 @@ func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 		return err
 	}
 	var res batchResult
-	err := postgres.WithTx(ctx, in.pool, func(tx pgx.Tx) error {
+	fresh := func() {
 		res = batchResult{consumed: map[[2]string]int{}, duplicates: map[string]int{}, dead: map[[2]string]int{}, decisions: map[[2]string]int{}}
-		for i := range items {
-			if in.deps.BeforeRecord != nil {
-				in.deps.BeforeRecord(i)
-			}
-			if err := in.applyOne(ctx, tx, &items[i], &res); err != nil {
-				return err
-			}
+	}
+	var err error
+	if !in.cfg.PerEventOnly {
+		err = postgres.WithTx(ctx, in.pool, func(tx pgx.Tx) error {
+			fresh()
+			return in.applyFast(ctx, tx, items, &res)
+		})
+		if err != nil && ctx.Err() == nil && (postgres.SQLState(err) != "" && !isInfra(err) || errors.Is(err, attempt.ErrPlanDiverged)) {
+			in.log.Warn("batch fast path failed on a record; isolating records", "records", len(items), "err", err)
+			err = errRetryPerEvent
 		}
-		return nil
-	})
+	}
+	if in.cfg.PerEventOnly || errors.Is(err, errRetryPerEvent) {
+		// One transaction, a savepoint per record: a record that fails for its own reasons is
+		// dead-lettered without poisoning its batch.
+		err = postgres.WithTx(ctx, in.pool, func(tx pgx.Tx) error {
+			fresh()
+			for i := range items {
+				if in.deps.BeforeRecord != nil {
+					in.deps.BeforeRecord(i)
+				}
+				if err := in.applyOne(ctx, tx, &items[i], &res); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		return err
 	}
@@ -410,6 +431,116 @@ func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
 	for _, e := range res.effects {
 		m.observe(e)
 	}
+	return nil
+}
+
+var errRetryPerEvent = errors.New("ingest: retry the batch record by record")
+
+// applyFast applies a batch with set-based statements: insert-first dedup of all records at
+// once, then attempt.Bulk for the intents whose events are all common cases, and the
+// per-event path for the rest, without savepoints. Any record-level failure aborts the
+// transaction; applyBatch then reruns the batch record by record.
+func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res *batchResult) error {
+	var attIdx, decIdx []int
+	var attEv, decEv []processedevent.Event
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.attempt != nil:
+			a := it.attempt
+			attIdx = append(attIdx, i)
+			attEv = append(attEv, processedevent.Event{TenantID: a.TenantID, EventID: a.EventID, OccurredAt: a.OccurredAt, Hash: it.hash})
+		case it.decision != nil:
+			d := it.decision
+			decIdx = append(decIdx, i)
+			decEv = append(decEv, processedevent.Event{TenantID: d.TenantID, EventID: d.EventID, OccurredAt: d.OccurredAt, Hash: it.hash})
+		}
+	}
+	outcome := make([]processedevent.Outcome, len(items))
+	for _, g := range []struct {
+		store processedevent.Store
+		idx   []int
+		evs   []processedevent.Event
+	}{{in.attempts, attIdx, attEv}, {in.decs, decIdx, decEv}} {
+		os, err := g.store.InsertMany(ctx, tx, g.evs)
+		if err != nil {
+			return err
+		}
+		for j, o := range os {
+			outcome[g.idx[j]] = o
+		}
+	}
+	var applied []events.Attempt
+	var perEvent [][2]string
+	for i := range items {
+		if outcome[i] != processedevent.Applied {
+			continue
+		}
+		if a := items[i].attempt; a != nil {
+			applied = append(applied, *a)
+		}
+		if d := items[i].decision; d != nil {
+			perEvent = append(perEvent, [2]string{d.TenantID, d.BookingIntentID})
+		}
+	}
+	at := attempt.NewTx(tx, &in.acfg)
+	bulk, err := at.NewBulk(ctx, applied, in.codes, perEvent)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		if in.deps.BeforeRecord != nil {
+			in.deps.BeforeRecord(i)
+		}
+		it := &items[i]
+		mtopic := in.metricTopic(it.rec.Topic)
+		switch {
+		case it.invalid != nil:
+			res.consumed[[2]string{mtopic, "invalid"}]++
+			if err := in.deadLetter(ctx, tx, it.rec, string(it.invalid.Reason), it.invalid.Detail, res); err != nil {
+				return err
+			}
+		case it.decision != nil:
+			d := it.decision
+			res.consumed[[2]string{mtopic, string(d.EventType)}]++
+			if !in.dedupOutcome(outcome[i], mtopic, d.EventID, res) {
+				continue
+			}
+			dt := attempt.NewTx(tx, &in.acfg)
+			o, err := dt.ApplyDecision(ctx, *d)
+			if err != nil {
+				return err
+			}
+			res.decisions[[2]string{d.Decision, o}]++
+			res.effects = append(res.effects, &dt.Effects)
+		default:
+			a := it.attempt
+			res.consumed[[2]string{mtopic, string(a.EventType)}]++
+			if it.rec.Key != nil && string(it.rec.Key) != a.BookingIntentID {
+				res.mismatches++
+				in.log.Warn("record key differs from bookingIntentId", "topic", it.rec.Topic, "partition", it.rec.Partition,
+					"offset", it.rec.Offset, "event_id", a.EventID)
+			}
+			if !in.dedupOutcome(outcome[i], mtopic, a.EventID, res) {
+				continue
+			}
+			if !bulk.PerEvent(*a) {
+				if !bulk.Try(*a) {
+					return attempt.ErrPlanDiverged
+				}
+				continue
+			}
+			et := attempt.NewTx(tx, &in.acfg)
+			if _, err := et.ApplyEvent(ctx, *a, in.codes); err != nil {
+				return err
+			}
+			res.effects = append(res.effects, &et.Effects)
+		}
+	}
+	if err := bulk.Flush(ctx); err != nil {
+		return err
+	}
+	res.effects = append(res.effects, &at.Effects)
 	return nil
 }
 
@@ -526,6 +657,22 @@ func isPoison(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
+	}
+	return false
+}
+
+// isInfra reports whether a PostgreSQL error is the database's condition rather than the
+// batch's: connection (08), resources (53), operator intervention (57), system (58) and
+// transaction rollback (40) classes.
+func isInfra(err error) bool {
+	switch c := postgres.SQLState(err); {
+	case len(c) < 2:
+		return true
+	default:
+		switch c[:2] {
+		case "08", "53", "57", "58", "40", "XX":
+			return true
+		}
 	}
 	return false
 }

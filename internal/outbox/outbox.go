@@ -50,6 +50,34 @@ func Insert(ctx context.Context, tx pgx.Tx, m Message) error {
 	return nil
 }
 
+// InsertMany writes msgs into the outbox inside tx in one statement, in order (ids ascend in
+// slice order); (topic, eventId) repeats are no-ops as in Insert.
+func InsertMany(ctx context.Context, tx pgx.Tx, msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	topics := make([]string, len(msgs))
+	keys := make([][]byte, len(msgs))
+	values := make([][]byte, len(msgs))
+	headers := make([]string, len(msgs))
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		h, err := json.Marshal(m.Headers)
+		if err != nil {
+			return fmt.Errorf("outbox: headers: %w", err)
+		}
+		topics[i], keys[i], values[i], headers[i], ids[i] = m.Topic, m.Key, m.Value, string(h), m.EventID
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO outbox (topic, record_key, value, headers, event_id)
+		SELECT t, k, v, h::jsonb, e FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[])
+			WITH ORDINALITY AS u(t, k, v, h, e, n) ORDER BY n
+		ON CONFLICT (topic, event_id) DO NOTHING`, topics, keys, values, headers, ids)
+	if err != nil {
+		return fmt.Errorf("outbox: insert %d rows: %w", len(msgs), err)
+	}
+	return nil
+}
+
 // CloudEvent builds the CloudEvents 1.0 binary-mode headers (Kafka protocol binding) of a JSON
 // record: ce_specversion, ce_id, ce_source, ce_type, ce_time, ce_subject, ce_partitionkey and
 // content-type.

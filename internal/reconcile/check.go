@@ -173,12 +173,17 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 		if err != nil {
 			return err
 		}
-		if a.Status != attempt.StatusUnknown {
-			return r.late(ctx, at, a, v)
-		}
+		// The fence comes first: once another reconciler has re-claimed the attempt (its claim
+		// bumped the token), that reconciler owns the check and its verdict, so this one
+		// writes nothing — not even a late-lookup audit row for an attempt the new owner
+		// settled. Events and decisions do not bump the token, so a lookup that lost the
+		// race to one of them still reaches the audit trail below.
 		if a.LeaseToken() != c.Token {
 			lost = true
 			return nil
+		}
+		if a.Status != attempt.StatusUnknown {
+			return r.late(ctx, at, a, v)
 		}
 		if v.settle != nil {
 			v.settle.CauseID = fmt.Sprintf("lookup:%s:%d", a.ID, c.Token)

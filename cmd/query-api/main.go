@@ -1,0 +1,55 @@
+// Command query-api serves bookrecon's read-only query API to booking services — an intent's
+// traveller-facing status and the retry gate — with /metrics, /livez and /readyz on the same
+// address (see internal/query). It reads PostgreSQL only: it neither migrates nor writes.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+type cli struct {
+	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL (a read-only role is enough)."`
+	Providers    string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map: maxVersions per provider."`
+	Addr         string        `env:"BOOKRECON_QUERY_ADDR" default:"127.0.0.1:8080" help:"Address of the API, /metrics, /livez and /readyz."`
+	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections."`
+	QueryTimeout time.Duration `env:"BOOKRECON_QUERY_TIMEOUT" default:"5s" help:"Bound on one request's database work."`
+}
+
+func main() {
+	var c cli
+	kong.Parse(&c, kong.Name("query-api"), kong.Description("bookrecon query API: intent status and retry gate."))
+	log := telemetry.Logger("query-api")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, log, nil); err != nil {
+		log.Error("query API stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+// run loads the capability map, opens the pool and serves until ctx ends; the pool closes last.
+func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)) error {
+	m, err := providers.LoadMap(c.Providers)
+	if err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, c.DatabaseURL, c.MaxDBConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return query.Run(ctx, query.Config{Addr: c.Addr, Providers: m, QueryTimeout: c.QueryTimeout}, pool, log,
+		telemetry.NewRegistry(), started)
+}

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/loadgen"
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/processedevent"
+)
+
+func ingestEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkIngest measures, in one run, on the same generated workload (BOOKRECON_BENCH_EVENTS
+// records, default 200,000, 5% of them producer redeliveries):
+//   - end to end: the records already in a 6-partition topic on the real broker, the ingester
+//     binary started, until every unique event is in processed_event; its peak RSS;
+//   - the PostgreSQL ceiling: the same insert-first dedup + attempt state upsert, batched 1,000
+//     events per transaction with set-based statements, no Kafka;
+//   - the baseline: one transaction per event doing the same (measured on the first 20,000).
+//
+// It prints events/s of each and the ratios end-to-end/ceiling and end-to-end/baseline.
+func BenchmarkIngest(b *testing.B) {
+	total := ingestEnvInt("BOOKRECON_BENCH_EVENTS", 200000)
+	gen := loadgen.Generate(loadgen.Config{Intents: total * 95 / 200, Seed: 7, Start: time.Now().Add(-time.Hour),
+		Mix: loadgen.Mix{Failure: 0.10, Redeliveries: 0.05}})
+	decoded := make([]events.Attempt, len(gen.Records))
+	hashes := make([]string, len(gen.Records))
+	for i, r := range gen.Records {
+		a, err := events.DecodeAttempt(r, events.DecodeOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		decoded[i] = a
+		if hashes[i], err = events.CanonicalHash(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	for range b.N {
+		ceiling := ingestCeiling(b, ctx, decoded, hashes)
+		baseline := ingestBaseline(b, ctx, decoded[:min(20000, len(decoded))], hashes)
+		e2e, rss := ingestEndToEnd(b, ctx, gen)
+		b.ReportMetric(e2e, "e2e_events/s")
+		b.ReportMetric(ceiling, "ceiling_events/s")
+		b.ReportMetric(baseline, "baseline_events/s")
+		b.ReportMetric(e2e/ceiling, "e2e/ceiling")
+		b.ReportMetric(e2e/baseline, "e2e/baseline")
+		fmt.Printf("\ningest: %d records (%d unique, %d redeliveries)\n", len(gen.Records), gen.UniqueEvents, len(gen.Records)-gen.UniqueEvents)
+		fmt.Printf("  end to end (real broker → ingester → PostgreSQL)  %8.0f events/s   peak RSS %d MiB\n", e2e, rss>>10)
+		fmt.Printf("  PostgreSQL ceiling (batched, no Kafka)            %8.0f events/s\n", ceiling)
+		fmt.Printf("  one transaction per event (baseline)              %8.0f events/s\n", baseline)
+		fmt.Printf("  end to end / ceiling = %.2f   end to end / baseline = %.1f\n", e2e/ceiling, e2e/baseline)
+	}
+}
+
+func benchPool(b *testing.B) *pgxpool.Pool {
+	pool := pgtest.NewPool(b)
+	if err := processedevent.EnsurePartitions(context.Background(), pool, time.Now().Add(-time.Hour), time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	return pool
+}
+
+// ingestCeiling: the best batched insert-first + state upsert: per 1,000 events, one
+// transaction with three set-based statements (dedup rows, intents, attempt upsert).
+func ingestCeiling(b *testing.B, ctx context.Context, evs []events.Attempt, hashes []string) float64 {
+	pool := benchPool(b)
+	start := time.Now()
+	for lo := 0; lo < len(evs); lo += 1000 {
+		batch := evs[lo:min(lo+1000, len(evs))]
+		err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+			var t, id, h, intent, key, status []string
+			var day []time.Time
+			for i, e := range batch {
+				t, id, h, day = append(t, e.TenantID), append(id, e.EventID), append(h, hashes[lo+i]), append(day, processedevent.Day(e.OccurredAt))
+			}
+			rows, err := tx.Query(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
+				SELECT 'ceiling', * FROM unnest($1::text[], $2::text[], $3::date[], $4::text[]) ON CONFLICT DO NOTHING RETURNING event_id`, t, id, day, h)
+			if err != nil {
+				return err
+			}
+			fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			isNew := map[string]bool{}
+			for _, f := range fresh {
+				isNew[f] = true
+			}
+			last := map[string]int{}
+			t = t[:0]
+			for i, e := range batch {
+				if !isNew[e.EventID] {
+					continue
+				}
+				isNew[e.EventID] = false
+				st := "IN_PROGRESS"
+				switch e.EventType {
+				case events.EventSucceeded:
+					st = "CONFIRMED"
+				case events.EventFailed:
+					st = "FAILED"
+				}
+				k := e.TenantID + "/" + e.IdempotencyKey
+				if j, ok := last[k]; ok {
+					status[j] = st
+					continue
+				}
+				last[k] = len(key)
+				t, intent, key, status = append(t, e.TenantID), append(intent, e.BookingIntentID), append(key, e.IdempotencyKey), append(status, st)
+				_ = i
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO booking_intent SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`, t, intent); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
+					idempotency_key, provider, status, first_event_at, window_start)
+				SELECT gen_random_uuid(), t, i, 'BOOK', i, 1, k, 'sim-hotels', s, now(), now() FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(t, i, k, s)
+				ON CONFLICT (tenant_id, idempotency_key) DO UPDATE SET status = excluded.status, updated_at = now()`, t, intent, key, status)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(len(evs)) / time.Since(start).Seconds()
+}
+
+// ingestBaseline: the same work, one transaction per event.
+func ingestBaseline(b *testing.B, ctx context.Context, evs []events.Attempt, hashes []string) float64 {
+	pool := benchPool(b)
+	start := time.Now()
+	for i, e := range evs {
+		err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
+				VALUES ('baseline', $1, $2, $3, $4) ON CONFLICT DO NOTHING`, e.TenantID, e.EventID, processedevent.Day(e.OccurredAt), hashes[i])
+			if err != nil || tag.RowsAffected() == 0 {
+				return err
+			}
+			st := "IN_PROGRESS"
+			switch e.EventType {
+			case events.EventSucceeded:
+				st = "CONFIRMED"
+			case events.EventFailed:
+				st = "FAILED"
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO booking_intent VALUES ($1, $2) ON CONFLICT DO NOTHING`, e.TenantID, e.BookingIntentID); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
+					idempotency_key, provider, status, first_event_at, window_start)
+				VALUES (gen_random_uuid(), $1, $2, 'BOOK', $2, 1, $3, 'sim-hotels', $4, now(), now())
+				ON CONFLICT (tenant_id, idempotency_key) DO UPDATE SET status = excluded.status, updated_at = now()`, e.TenantID, e.BookingIntentID, e.IdempotencyKey, st)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(len(evs)) / time.Since(start).Seconds()
+}
+
+// ingestEndToEnd publishes the records, then starts the ingester binary and times it until
+// every unique event is applied. It returns events/s and the ingester's peak RSS in KiB.
+func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output) (float64, int64) {
+	sfx := kafkatest.Suffix()
+	topics := []string{"booking.attempts.v1." + sfx, "booking.attempts.dlq.v1." + sfx, "booking.manual-decisions.v1." + sfx,
+		"booking.manual-decisions.dlq.v1." + sfx, "booking.resolutions.v1." + sfx, "booking.escalations.v1." + sfx}
+	kafkatest.CreateTopics(b, 6, topics...)
+	dbURL := pgtest.NewURL(b)
+	pool, err := postgres.Open(ctx, dbURL, 2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkatest.Brokers()...), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, r := range gen.Records {
+		prod.Produce(ctx, &kgo.Record{Topic: topics[0], Key: gen.Keys[i], Value: r}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	prod.Close()
+
+	bin := filepath.Join(b.TempDir(), "ingester")
+	build := exec.Command("go", "build", "-o", bin, "github.com/bookrecon/bookrecon/cmd/ingester")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		b.Fatal(err)
+	}
+	mp, err := samples.Path("providers.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "BOOKRECON_DATABASE_URL="+dbURL, "BOOKRECON_KAFKA_BROKERS="+strings.Join(kafkatest.Brokers(), ","),
+		"BOOKRECON_PROVIDERS="+mp, "BOOKRECON_TOPIC_SUFFIX="+sfx, "BOOKRECON_INGESTER_GROUP=bench-"+sfx,
+		"BOOKRECON_INGESTER_ADMIN_ADDR=127.0.0.1:0")
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	var peak int64
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_event`).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		peak = max(peak, vmHWM(cmd.Process.Pid))
+		if n >= gen.UniqueEvents {
+			break
+		}
+		if time.Since(start) > 20*time.Minute {
+			b.Fatalf("ingester applied %d of %d events in 20 minutes", n, gen.UniqueEvents)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	el := time.Since(start)
+	return float64(gen.UniqueEvents) / el.Seconds(), peak
+}
+
+// vmHWM reads a process's peak resident set size (KiB) from /proc.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,222 @@
+package query_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testMap has a provider at the default maxVersions (3), one that caps versions at 2, and one
+// without lookups.
+const testMap = `providers:
+  sim-hotels:
+    lookups: [provider_reference, client_reference]
+    authoritativeNotFound: true
+  sim-pay:
+    lookups: [provider_reference, client_reference]
+    authoritativeNotFound: true
+  tight:
+    lookups: [provider_reference]
+    maxVersions: 2
+  sim-legacy:
+    lookups: []
+`
+
+// bundle is one test's database, capability map, API and clock.
+type bundle struct {
+	pool *pgxpool.Pool
+	caps *providers.Map
+	cfg  *attempt.Config
+	api  *query.API
+	reg  *prometheus.Registry
+	now  time.Time // the pipeline's reference time: events occur around it
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	caps, err := providers.ParseMap([]byte(testMap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := map[string]attempt.Policy{}
+	for _, n := range caps.Names() {
+		c, _ := caps.Get(n)
+		p := attempt.Policy{MaxVersions: c.MaxVersions}
+		for _, l := range c.Lookups {
+			p.Lookups = append(p.Lookups, string(l))
+		}
+		pol[n] = p
+	}
+	b := &bundle{pool: pgtest.NewPool(t), caps: caps, cfg: &attempt.Config{Policies: pol},
+		reg: prometheus.NewRegistry(), now: time.Now().UTC().Truncate(time.Millisecond)}
+	b.api, err = query.New(query.Config{Providers: caps}, b.pool, slog.New(slog.DiscardHandler), b.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ev describes one attempt event; the zero values are filled in by (*bundle).apply.
+type ev struct {
+	typ      events.EventType
+	tenant   string // default t_1
+	intent   string
+	op       events.Operation // default BOOK
+	subject  string           // default the intent
+	version  int              // default 1
+	provider string           // default sim-hotels
+	at       time.Duration    // occurredAt = bundle.now + at
+	outcome  map[string]any
+}
+
+func (b *bundle) record(t *testing.T, e ev) []byte {
+	t.Helper()
+	if e.tenant == "" {
+		e.tenant = "t_1"
+	}
+	if e.op == "" {
+		e.op = events.OpBook
+	}
+	if e.subject == "" {
+		e.subject = e.intent
+	}
+	if e.version == 0 {
+		e.version = 1
+	}
+	if e.provider == "" {
+		e.provider = "sim-hotels"
+	}
+	m := map[string]any{"specVersion": 1, "eventId": uuid.NewString(), "eventType": e.typ,
+		"occurredAt": b.now.Add(e.at).Format(time.RFC3339Nano), "tenantId": e.tenant, "bookingIntentId": e.intent,
+		"operation": e.op, "operationVersion": e.version, "provider": e.provider,
+		"idempotencyKey": fmt.Sprintf("%s:%s:v%d", e.op.KeyPrefix(), e.subject, e.version)}
+	if e.typ == events.EventStarted {
+		req := map[string]any{"offerVersion": "off_1:1", "travellerRef": "tr_1", "amount": map[string]any{"value": "100.00", "currency": "EUR"}}
+		if e.op.HasFingerprint() {
+			req["stay"] = map[string]any{"propertyId": "h_1", "checkIn": "2027-02-03", "checkOut": "2027-02-06"}
+		}
+		m["request"] = req
+		m["recovery"] = map[string]any{"clientReference": "cr_" + e.intent}
+	} else {
+		m["outcome"] = e.outcome
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// apply runs each event through the ingester's state machine (attempt.Tx.ApplyEvent), one
+// transaction each.
+func (b *bundle) apply(t *testing.T, es ...ev) {
+	t.Helper()
+	ctx := context.Background()
+	for _, e := range es {
+		a, err := events.DecodeAttempt(b.record(t, e), events.DecodeOptions{KnownProvider: b.caps.Known})
+		if err != nil {
+			t.Fatalf("decode %s: %v", e.typ, err)
+		}
+		if err := postgres.WithTx(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := attempt.NewTx(tx, b.cfg).ApplyEvent(ctx, a, events.DefaultTransportTimeoutCodes())
+			return err
+		}); err != nil {
+			t.Fatalf("apply %s: %v", e.typ, err)
+		}
+	}
+}
+
+// settle applies a reconciler verdict to the attempt (tenant t_1, key) as internal/reconcile
+// does: attempt.Tx.Settle under the intent lock.
+func (b *bundle) settle(t *testing.T, intent, key string, s attempt.Settlement) {
+	t.Helper()
+	ctx := context.Background()
+	if err := postgres.WithTx(ctx, b.pool, func(tx pgx.Tx) error {
+		at := attempt.NewTx(tx, b.cfg)
+		if err := at.LockIntent(ctx, "t_1", intent); err != nil {
+			return err
+		}
+		a, err := at.ByKey(ctx, "t_1", key)
+		if err != nil {
+			return err
+		}
+		_, err = at.Settle(ctx, a, s)
+		return err
+	}); err != nil {
+		t.Fatalf("settle %s: %v", key, err)
+	}
+}
+
+// decide applies a manual decision (decoded with events.DecodeDecision) as the ingester does.
+func (b *bundle) decide(t *testing.T, intent, key string, fields map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	m := map[string]any{"specVersion": 1, "eventId": uuid.NewString(), "eventType": "decision.recorded",
+		"occurredAt": b.now.Format(time.RFC3339Nano), "tenantId": "t_1", "bookingIntentId": intent,
+		"idempotencyKey": key, "actor": "ops.agent.07", "reason": "checked with the provider"}
+	for k, v := range fields {
+		m[k] = v
+	}
+	raw, _ := json.Marshal(m)
+	d, err := events.DecodeDecision(raw, events.DecodeOptions{})
+	if err != nil {
+		t.Fatalf("decode decision: %v", err)
+	}
+	if err := postgres.WithTx(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := attempt.NewTx(tx, b.cfg).ApplyDecision(ctx, d)
+		return err
+	}); err != nil {
+		t.Fatalf("apply decision: %v", err)
+	}
+}
+
+// get serves one GET through the API and returns the status code and body.
+func (b *bundle) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	b.api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("GET %s: Content-Type %q, want application/json", path, ct)
+	}
+	return rec.Code, rec.Body.String()
+}
+
+// Event shorthands.
+func started(intent string, version int, at time.Duration) ev {
+	return ev{typ: events.EventStarted, intent: intent, version: version, at: at}
+}
+
+func failedEv(intent string, version int, at time.Duration, retryable bool) ev {
+	return ev{typ: events.EventFailed, intent: intent, version: version, at: at,
+		outcome: map[string]any{"failureCode": "SOLD_OUT", "retryable": retryable}}
+}
+
+func unknownEv(intent string, version int, at time.Duration) ev {
+	return ev{typ: events.EventOutcomeUnknown, intent: intent, version: version, at: at,
+		outcome: map[string]any{"timeoutClass": "read_timeout"}}
+}
+
+func succeededEv(intent string, version int, at time.Duration, ref string) ev {
+	return ev{typ: events.EventSucceeded, intent: intent, version: version, at: at,
+		outcome: map[string]any{"providerReference": ref}}
+}
