@@ -21,11 +21,28 @@ import (
 
 // raceEnv is a migrated database plus the store configuration the ingester would use.
 type raceEnv struct {
+	fast  bool // the ingester's set-based path (InsertMany, Bulk) instead of the per-event one
 	pool  *pgxpool.Pool
 	cfg   attempt.Config
 	known func(string) bool
 	store processedevent.Store
 	base  time.Time
+}
+
+// paths runs fn once per ingester path, each in its own parallel subtest and database.
+func paths(t *testing.T, fn func(t *testing.T, e *raceEnv)) {
+	for _, fast := range []bool{false, true} {
+		name := "per-event"
+		if fast {
+			name = "fast"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newRaceEnv(t)
+			e.fast = fast
+			fn(t, e)
+		})
+	}
 }
 
 func newRaceEnv(t *testing.T) *raceEnv {
@@ -79,8 +96,11 @@ func (e *raceEnv) raw(t *testing.T, id, tenant, intent string, version int, ref 
 	return b
 }
 
-// apply is the ingester's path for one record inside tx: decode, savepoint, insert-first dedup
-// row, attempt.Tx.ApplyEvent; mid (when set) runs between the dedup insert and the apply.
+// apply is the ingester's path for one record inside tx; mid (when set) runs between the
+// insert-first dedup row and the apply. Per-event (ingest.applyOne): savepoint,
+// processedevent.Store.Insert, attempt.Tx.ApplyEvent. Fast (ingest.applyFast): Store.InsertMany,
+// attempt.Tx.NewBulk, then Bulk.Try and Flush, or ApplyEvent for an intent the plan put on the
+// per-event path.
 func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) (processedevent.Outcome, error) {
 	ev, err := events.DecodeAttempt(raw, events.DecodeOptions{KnownProvider: e.known})
 	if err != nil {
@@ -90,12 +110,40 @@ func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) 
 	if err != nil {
 		return 0, err
 	}
+	pe := processedevent.Event{TenantID: ev.TenantID, EventID: ev.EventID, OccurredAt: ev.OccurredAt, Hash: hash}
+	codes := events.DefaultTransportTimeoutCodes()
+	if e.fast {
+		dedup, err := e.store.InsertMany(ctx, tx, []processedevent.Event{pe})
+		if err != nil {
+			return 0, err
+		}
+		if mid != nil {
+			mid()
+		}
+		if dedup[0] != processedevent.Applied {
+			return dedup[0], nil
+		}
+		at := attempt.NewTx(tx, &e.cfg)
+		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, codes, nil)
+		if err != nil {
+			return 0, err
+		}
+		if bulk.PerEvent(ev) {
+			_, err = attempt.NewTx(tx, &e.cfg).ApplyEvent(ctx, ev, codes)
+		} else if !bulk.Try(ev) {
+			err = attempt.ErrPlanDiverged
+		}
+		if err != nil {
+			return 0, err
+		}
+		return processedevent.Applied, bulk.Flush(ctx)
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = sp.Rollback(ctx) }()
-	o, err := e.store.Insert(ctx, sp, processedevent.Event{TenantID: ev.TenantID, EventID: ev.EventID, OccurredAt: ev.OccurredAt, Hash: hash})
+	o, err := e.store.Insert(ctx, sp, pe)
 	if err != nil {
 		return 0, err
 	}
@@ -103,7 +151,7 @@ func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) 
 		mid()
 	}
 	if o == processedevent.Applied {
-		if _, err := attempt.NewTx(sp, &e.cfg).ApplyEvent(ctx, ev, events.DefaultTransportTimeoutCodes()); err != nil {
+		if _, err := attempt.NewTx(sp, &e.cfg).ApplyEvent(ctx, ev, codes); err != nil {
 			return 0, err
 		}
 	}
@@ -215,47 +263,48 @@ func (e *raceEnv) escalated(t *testing.T, tenant, key, reason string) int {
 // sees a duplicate, and the effect (attempt, audit row, resolution) exists once.
 func TestConcurrentSameEvent(t *testing.T) {
 	t.Parallel()
-	e := newRaceEnv(t)
-	for r := range 50 {
-		intent := fmt.Sprintf("bi_same_%02d", r)
-		ref := "" // even rounds: a start; odd rounds: an outcome that creates the attempt CONFIRMED
-		if r%2 == 1 {
-			ref = "HTL-SAME-" + intent
-		}
-		raw := e.raw(t, "evt-same-"+intent, "t_race", intent, 1, ref, time.Duration(r)*time.Second)
-		outs, errs := e.concurrently([][]byte{raw, raw}, false)
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("round %d tx %d: %v", r, i, err)
+	paths(t, func(t *testing.T, e *raceEnv) {
+		for r := range 50 {
+			intent := fmt.Sprintf("bi_same_%02d", r)
+			ref := "" // even rounds: a start; odd rounds: an outcome that creates the attempt CONFIRMED
+			if r%2 == 1 {
+				ref = "HTL-SAME-" + intent
+			}
+			raw := e.raw(t, "evt-same-"+intent, "t_race", intent, 1, ref, time.Duration(r)*time.Second)
+			outs, errs := e.concurrently([][]byte{raw, raw}, false)
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("round %d tx %d: %v", r, i, err)
+				}
+			}
+			applied := 0
+			for _, o := range outs {
+				if o == processedevent.Applied {
+					applied++
+				} else if o != processedevent.Duplicate {
+					t.Errorf("round %d: outcome %v", r, o)
+				}
+			}
+			if applied != 1 {
+				t.Errorf("round %d: %d transactions applied the event, want exactly 1", r, applied)
+			}
+			key := "book:" + intent + ":v1"
+			for _, c := range []struct {
+				what string
+				n    int
+				want int
+			}{
+				{"processed_event rows", e.scalar(t, `SELECT count(*) FROM processed_event WHERE event_id = $1`, "evt-same-"+intent), 1},
+				{"attempts", e.scalar(t, `SELECT count(*) FROM booking_attempt WHERE idempotency_key = $1`, key), 1},
+				{"audit rows", e.scalar(t, `SELECT count(*) FROM attempt_transition x JOIN booking_attempt a ON a.id = x.attempt_id WHERE a.idempotency_key = $1`, key), 1},
+				{"resolutions", e.scalar(t, `SELECT count(*) FROM outbox WHERE topic = 'res' AND record_key = $1`, []byte(intent)), r % 2},
+			} {
+				if c.n != c.want {
+					t.Errorf("round %d: %s = %d, want %d", r, c.what, c.n, c.want)
+				}
 			}
 		}
-		applied := 0
-		for _, o := range outs {
-			if o == processedevent.Applied {
-				applied++
-			} else if o != processedevent.Duplicate {
-				t.Errorf("round %d: outcome %v", r, o)
-			}
-		}
-		if applied != 1 {
-			t.Errorf("round %d: %d transactions applied the event, want exactly 1", r, applied)
-		}
-		key := "book:" + intent + ":v1"
-		for _, c := range []struct {
-			what string
-			n    int
-			want int
-		}{
-			{"processed_event rows", e.scalar(t, `SELECT count(*) FROM processed_event WHERE event_id = $1`, "evt-same-"+intent), 1},
-			{"attempts", e.scalar(t, `SELECT count(*) FROM booking_attempt WHERE idempotency_key = $1`, key), 1},
-			{"audit rows", e.scalar(t, `SELECT count(*) FROM attempt_transition x JOIN booking_attempt a ON a.id = x.attempt_id WHERE a.idempotency_key = $1`, key), 1},
-			{"resolutions", e.scalar(t, `SELECT count(*) FROM outbox WHERE topic = 'res' AND record_key = $1`, []byte(intent)), r % 2},
-		} {
-			if c.n != c.want {
-				t.Errorf("round %d: %s = %d, want %d", r, c.what, c.n, c.want)
-			}
-		}
-	}
+	})
 }
 
 // TestConcurrentDuplicateBooking is sc12's shape: BOOK v1 and v2 of one intent turn CONFIRMED
@@ -264,33 +313,34 @@ func TestConcurrentSameEvent(t *testing.T) {
 // see the first's CONFIRMED and escalate duplicate_booking on both attempts.
 func TestConcurrentDuplicateBooking(t *testing.T) {
 	t.Parallel()
-	e := newRaceEnv(t)
-	for r := range 30 {
-		intent := fmt.Sprintf("bi_dupb_%02d", r)
-		at := time.Duration(r) * time.Minute
-		if r%2 == 0 {
-			e.applyOne(t, e.raw(t, "evt-s1-"+intent, "t_race", intent, 1, "", at))
-			e.applyOne(t, e.raw(t, "evt-s2-"+intent, "t_race", intent, 2, "", at+time.Second))
-		}
-		outs, errs := e.concurrently([][]byte{
-			e.raw(t, "evt-ok1-"+intent, "t_race", intent, 1, "HTL-B1-"+intent, at+2*time.Second),
-			e.raw(t, "evt-ok2-"+intent, "t_race", intent, 2, "HTL-B2-"+intent, at+3*time.Second),
-		}, true)
-		for i := range errs {
-			if errs[i] != nil || outs[i] != processedevent.Applied {
-				t.Fatalf("round %d tx %d: %v, %v", r, i, outs[i], errs[i])
+	paths(t, func(t *testing.T, e *raceEnv) {
+		for r := range 30 {
+			intent := fmt.Sprintf("bi_dupb_%02d", r)
+			at := time.Duration(r) * time.Minute
+			if r%2 == 0 {
+				e.applyOne(t, e.raw(t, "evt-s1-"+intent, "t_race", intent, 1, "", at))
+				e.applyOne(t, e.raw(t, "evt-s2-"+intent, "t_race", intent, 2, "", at+time.Second))
+			}
+			outs, errs := e.concurrently([][]byte{
+				e.raw(t, "evt-ok1-"+intent, "t_race", intent, 1, "HTL-B1-"+intent, at+2*time.Second),
+				e.raw(t, "evt-ok2-"+intent, "t_race", intent, 2, "HTL-B2-"+intent, at+3*time.Second),
+			}, true)
+			for i := range errs {
+				if errs[i] != nil || outs[i] != processedevent.Applied {
+					t.Fatalf("round %d tx %d: %v, %v", r, i, outs[i], errs[i])
+				}
+			}
+			for v := 1; v <= 2; v++ {
+				key := fmt.Sprintf("book:%s:v%d", intent, v)
+				if n := e.scalar(t, `SELECT count(*) FROM booking_attempt WHERE idempotency_key = $1 AND status = 'CONFIRMED'`, key); n != 1 {
+					t.Errorf("round %d: %s not CONFIRMED", r, key)
+				}
+				if n := e.escalated(t, "t_race", key, "duplicate_booking"); n != 1 {
+					t.Errorf("round %d: %s has %d duplicate_booking escalations, want 1", r, key, n)
+				}
 			}
 		}
-		for v := 1; v <= 2; v++ {
-			key := fmt.Sprintf("book:%s:v%d", intent, v)
-			if n := e.scalar(t, `SELECT count(*) FROM booking_attempt WHERE idempotency_key = $1 AND status = 'CONFIRMED'`, key); n != 1 {
-				t.Errorf("round %d: %s not CONFIRMED", r, key)
-			}
-			if n := e.escalated(t, "t_race", key, "duplicate_booking"); n != 1 {
-				t.Errorf("round %d: %s has %d duplicate_booking escalations, want 1", r, key, n)
-			}
-		}
-	}
+	})
 }
 
 // TestConcurrentDuplicateProviderReference is sc16's shape: one provider reference reported for
@@ -300,36 +350,37 @@ func TestConcurrentDuplicateBooking(t *testing.T) {
 // duplicate_provider_reference.
 func TestConcurrentDuplicateProviderReference(t *testing.T) {
 	t.Parallel()
-	e := newRaceEnv(t)
-	for r := range 30 {
-		ia, ib := fmt.Sprintf("bi_dupr_%02d_a", r), fmt.Sprintf("bi_dupr_%02d_b", r)
-		ta, tb := "t_race", "t_race"
-		if r%2 == 1 {
-			tb = "t_race_other"
-		}
-		at := time.Duration(r) * time.Minute
-		if r%2 == 0 {
-			e.applyOne(t, e.raw(t, "evt-s-"+ia, ta, ia, 1, "", at))
-			e.applyOne(t, e.raw(t, "evt-s-"+ib, tb, ib, 1, "", at))
-		}
-		ref := fmt.Sprintf("HTL-SHARED-%02d", r)
-		outs, errs := e.concurrently([][]byte{
-			e.raw(t, "evt-ok-"+ia, ta, ia, 1, ref, at+time.Second),
-			e.raw(t, "evt-ok-"+ib, tb, ib, 1, ref, at+time.Second),
-		}, true)
-		for i := range errs {
-			if errs[i] != nil || outs[i] != processedevent.Applied {
-				t.Fatalf("round %d tx %d: %v, %v", r, i, outs[i], errs[i])
+	paths(t, func(t *testing.T, e *raceEnv) {
+		for r := range 30 {
+			ia, ib := fmt.Sprintf("bi_dupr_%02d_a", r), fmt.Sprintf("bi_dupr_%02d_b", r)
+			ta, tb := "t_race", "t_race"
+			if r%2 == 1 {
+				tb = "t_race_other"
+			}
+			at := time.Duration(r) * time.Minute
+			if r%2 == 0 {
+				e.applyOne(t, e.raw(t, "evt-s-"+ia, ta, ia, 1, "", at))
+				e.applyOne(t, e.raw(t, "evt-s-"+ib, tb, ib, 1, "", at))
+			}
+			ref := fmt.Sprintf("HTL-SHARED-%02d", r)
+			outs, errs := e.concurrently([][]byte{
+				e.raw(t, "evt-ok-"+ia, ta, ia, 1, ref, at+time.Second),
+				e.raw(t, "evt-ok-"+ib, tb, ib, 1, ref, at+time.Second),
+			}, true)
+			for i := range errs {
+				if errs[i] != nil || outs[i] != processedevent.Applied {
+					t.Fatalf("round %d tx %d: %v, %v", r, i, outs[i], errs[i])
+				}
+			}
+			for _, a := range []struct{ tenant, intent string }{{ta, ia}, {tb, ib}} {
+				key := "book:" + a.intent + ":v1"
+				if n := e.escalated(t, a.tenant, key, "duplicate_provider_reference"); n != 1 {
+					t.Errorf("round %d: %s/%s has %d duplicate_provider_reference escalations, want 1", r, a.tenant, key, n)
+				}
+			}
+			if n := e.scalar(t, `SELECT count(*) FROM provider_reference_claim WHERE reference = $1`, ref); n != 1 {
+				t.Errorf("round %d: %d claims of %s, want 1", r, n, ref)
 			}
 		}
-		for _, a := range []struct{ tenant, intent string }{{ta, ia}, {tb, ib}} {
-			key := "book:" + a.intent + ":v1"
-			if n := e.escalated(t, a.tenant, key, "duplicate_provider_reference"); n != 1 {
-				t.Errorf("round %d: %s/%s has %d duplicate_provider_reference escalations, want 1", r, a.tenant, key, n)
-			}
-		}
-		if n := e.scalar(t, `SELECT count(*) FROM provider_reference_claim WHERE reference = $1`, ref); n != 1 {
-			t.Errorf("round %d: %d claims of %s, want 1", r, n, ref)
-		}
-	}
+	})
 }

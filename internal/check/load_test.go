@@ -1,0 +1,117 @@
+package check_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/check"
+	"github.com/bookrecon/bookrecon/internal/escalate"
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/loadgen"
+	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/providers"
+	"github.com/bookrecon/bookrecon/providers/simulator"
+)
+
+// loadMap is the capability map of the load run: one authoritative hotel provider whose rate
+// limit does not throttle the run, a deadline the run never reaches.
+const loadMap = `providers:
+  sim-hotels:
+    lookups: [provider_reference, client_reference]
+    authoritativeNotFound: true
+    maxProcessingTime: 1s
+    rateLimit: {rps: 5000, burst: 1000}
+    deadline: 10m
+`
+
+// TestLoadEndToEnd: about 50,000 generated events (every kind of the default mix, 5%
+// redeliveries) published as fast as the producer goes through the real broker to the whole
+// pipeline; the checker must report zero violations of every invariant.
+func TestLoadEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load run")
+	}
+	t.Parallel()
+	h := pipelinetest.New(t, 6)
+	m, err := providers.ParseMap([]byte(loadMap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Providers = m
+	gen := loadgen.Generate(loadgen.Config{Intents: 23500, Seed: 42, Start: time.Now().Add(-10 * time.Minute), Mix: loadgen.DefaultMix})
+	sim := simulator.New(simulator.Config{Truth: gen.Truth, Map: m})
+	srv := httptest.NewServer(sim)
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := h.IngestConfig()
+	wg.Go(func() {
+		if err := ingest.Run(ctx, cfg, ingest.Deps{Logger: log}); err != nil {
+			t.Errorf("ingest: %v", err)
+		}
+	})
+	store := attempt.Config{ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}
+	for i := range 2 {
+		rec, err := reconcile.New(reconcile.Config{Owner: fmt.Sprint("r", i), Providers: m, Poll: 100 * time.Millisecond,
+			InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second, NoJitter: true, Batch: 200, Workers: 16, Store: store},
+			h.Pool, providers.NewHTTP(srv.URL, nil), log, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = rec.Run(ctx) })
+	}
+	esc, err := escalate.New(escalate.Config{Providers: m, Store: store}, h.Pool, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { _ = esc.Run(ctx) })
+
+	start := time.Now()
+	for i, r := range gen.Records {
+		h.Producer.Produce(ctx, &kgo.Record{Topic: h.Topics.Attempts, Key: gen.Keys[i], Value: r}, nil)
+	}
+	if err := h.Producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	published := time.Since(start)
+	h.WaitFor("every unique event processed", 10*time.Minute, func() bool {
+		return h.Scalar(`SELECT count(*) FROM processed_event`) == gen.UniqueEvents
+	})
+	ingested := time.Since(start)
+	h.WaitFor("no UNKNOWN left, outbox drained", 10*time.Minute, func() bool {
+		return h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status IN ('UNKNOWN', 'IN_PROGRESS')`) == 0 && h.OutboxDrained()
+	})
+	settled := time.Since(start)
+	var p50, p99 float64
+	if err := h.Pool.QueryRow(ctx, `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s), percentile_cont(0.99) WITHIN GROUP (ORDER BY s)
+		FROM (SELECT extract(epoch FROM terminal_at - unknown_since) AS s FROM booking_attempt WHERE unknown_since IS NOT NULL AND terminal_at IS NOT NULL) x`).Scan(&p50, &p99); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := check.Run(ctx, h.Pool, []string{"127.0.0.1:19092"}, h.Topics, check.Input{Run: gen, Providers: m, Consumer: cfg.Group + "/" + h.Topics.Attempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("load: %d records (%d unique) published in %s; all applied after %s (%.0f events/s end to end); all settled after %s; UNKNOWN→resolution p50 %.2fs p99 %.2fs\n%s",
+		len(gen.Records), gen.UniqueEvents, published.Round(time.Millisecond), ingested.Round(time.Millisecond),
+		float64(gen.UniqueEvents)/ingested.Seconds(), settled.Round(time.Millisecond), p50, p99, rep)
+	if !rep.OK() {
+		t.Fatalf("invariant violations:\n%s", rep)
+	}
+	if len(rep.Invariants) != 7 {
+		t.Fatalf("checked %d invariants, want 7", len(rep.Invariants))
+	}
+}
