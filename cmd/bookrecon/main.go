@@ -24,6 +24,8 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Apply the database migrations."`
 	Publish publishCmd `cmd:"" help:"Publish a JSONL file to a topic, keyed by bookingIntentId, with time rebasing."`
 	Demo    demoCmd    `cmd:"" help:"Run the whole pipeline on the sample input and print the report."`
+	Loadgen loadgenCmd `cmd:"" help:"Generate (and optionally publish) realistic load with its provider truth and expected outcomes."`
+	Check   checkCmd   `cmd:"" help:"Check a run's invariants against the database and the output topics."`
 	Ops     opsCmds    `embed:""`
 }
 

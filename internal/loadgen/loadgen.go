@@ -40,10 +40,11 @@ type Config struct {
 
 // Expected is the end state an attempt must reach.
 type Expected struct {
-	TenantID, IdempotencyKey string
-	Status                   string // CONFIRMED or FAILED (UNKNOWN for escalated)
-	Source                   string
-	ProviderReference        string
+	TenantID          string `json:"tenantId"`
+	IdempotencyKey    string `json:"idempotencyKey"`
+	Status            string `json:"status"` // CONFIRMED or FAILED
+	Source            string `json:"resolutionSource"`
+	ProviderReference string `json:"providerReference,omitempty"`
 }
 
 // Output is a generated run.

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/check"
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/loadgen"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+type loadgenCmd struct {
+	Out          string        `required:"" help:"Folder for attempts.jsonl, provider-truth.json (load it into the simulator) and expected.json."`
+	Intents      int           `default:"10000" help:"Booking intents (about 2.1 events each)."`
+	Seed         uint64        `default:"1" help:"Random seed: the same seed gives the same files."`
+	Spacing      time.Duration `default:"1ms" help:"occurredAt step between events."`
+	Failure      float64       `default:"0.10" help:"Share of definitive failures."`
+	Unknown      float64       `default:"0.10" help:"Share of outcome_unknown settled by the reconciler."`
+	NotSent      float64       `default:"0.02" help:"Share of connect_timeout with requestSent false."`
+	OutOfOrder   float64       `default:"0.03" help:"Share of outcome-before-start pairs."`
+	KeyConflict  float64       `default:"0.01" help:"Share of key conflicts."`
+	BlindRetry   float64       `default:"0.01" help:"Share of blind retries."`
+	Redeliveries float64       `default:"0.05" help:"Share of records published twice."`
+	Publish      bool          `help:"Also publish the records to booking.attempts.v1 as fast as the broker takes them."`
+}
+
+func (c *loadgenCmd) Run(ctx context.Context, g *Globals) error {
+	out := loadgen.Generate(loadgen.Config{Intents: c.Intents, Seed: c.Seed, Start: time.Now(), Spacing: c.Spacing,
+		Mix: loadgen.Mix{Failure: c.Failure, Unknown: c.Unknown, NotSent: c.NotSent, OutOfOrder: c.OutOfOrder,
+			KeyConflict: c.KeyConflict, BlindRetry: c.BlindRetry, Redeliveries: c.Redeliveries}})
+	if err := out.Write(c.Out); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %d records (%d unique events, %d key conflicts, %d blind retries) to %s\n",
+		len(out.Records), out.UniqueEvents, out.KeyConflicts, out.BlindRetries, c.Out)
+	if !c.Publish {
+		return nil
+	}
+	cl, err := kgo.NewClient(kafka.Options(g.KafkaBrokers, nil, nil, "loadgen")...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	start := time.Now()
+	for i, r := range out.Records {
+		cl.Produce(ctx, &kgo.Record{Topic: ingest.DefaultTopics().Attempts, Key: out.Keys[i], Value: r}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("published in %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+type checkCmd struct {
+	Input     string `required:"" help:"Folder written by loadgen (attempts.jsonl, provider-truth.json, expected.json)."`
+	Providers string `env:"BOOKRECON_PROVIDERS" type:"existingfile" help:"Capability map, for the deadlines."`
+	Group     string `default:"bookrecon-ingester" help:"The ingester's consumer group."`
+}
+
+func (c *checkCmd) Run(ctx context.Context, g *Globals) error {
+	in, err := loadgen.Read(c.Input)
+	if err != nil {
+		return err
+	}
+	var m *providers.Map
+	if c.Providers != "" {
+		if m, err = providers.LoadMap(c.Providers); err != nil {
+			return err
+		}
+	}
+	pool, err := postgres.Open(ctx, g.DatabaseURL, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	topics := ingest.DefaultTopics()
+	rep, err := check.Run(ctx, pool, g.KafkaBrokers, topics, check.Input{Run: in, Providers: m, Consumer: c.Group + "/" + topics.Attempts})
+	if err != nil {
+		return err
+	}
+	fmt.Print(rep)
+	if !rep.OK() {
+		return fmt.Errorf("invariants violated")
+	}
+	return nil
+}
