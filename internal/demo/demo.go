@@ -28,6 +28,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/publish"
+	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/migrations"
@@ -48,6 +49,8 @@ type Options struct {
 	// Addresses; ":0" picks a free port. Defaults: simulator 127.0.0.1:18080, ingester 9101,
 	// reconciler 9102, escalator 9103.
 	SimAddr, IngesterAddr, ReconcilerAddr, EscalatorAddr string
+	// QueryAddr serves the query API (default 127.0.0.1:8080).
+	QueryAddr string
 	// AssertAfter is when, after the first record, the end state is read (default 125s; the
 	// samples README allows 120–180s).
 	AssertAfter time.Duration
@@ -64,6 +67,7 @@ func (o *Options) defaults() {
 	o.IngesterAddr = cmp.Or(o.IngesterAddr, "127.0.0.1:9101")
 	o.ReconcilerAddr = cmp.Or(o.ReconcilerAddr, "127.0.0.1:9102")
 	o.EscalatorAddr = cmp.Or(o.EscalatorAddr, "127.0.0.1:9103")
+	o.QueryAddr = cmp.Or(o.QueryAddr, "127.0.0.1:8080")
 	o.AssertAfter = cmp.Or(o.AssertAfter, 125*time.Second)
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -131,7 +135,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	addrs := make(chan [2]string, 3)
+	addrs := make(chan [2]string, 4)
 	started := func(svc string) func(string) {
 		return func(a string) { addrs <- [2]string{svc, "http://" + a + "/metrics"} }
 	}
@@ -170,7 +174,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			_ = telemetry.Serve(ctx, s.addr, s.reg, func(ctx context.Context) error { return pool.Ping(ctx) }, o.Logger, started(s.name))
 		})
 	}
-	for range 3 {
+	wg.Go(func() {
+		err := query.Run(ctx, query.Config{Addr: o.QueryAddr, Providers: pmap}, pool, o.Logger.With("service", "query-api"),
+			telemetry.NewRegistry(), func(a string) { addrs <- [2]string{"query-api", "http://" + a} })
+		if err != nil {
+			o.Logger.Error("query api", "err", err)
+		}
+	})
+	for range 4 {
 		select {
 		case a := <-addrs:
 			res.Metrics[a[0]] = a[1]
@@ -184,6 +195,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, s := range []string{"ingester", "reconciler", "escalator"} {
 		fmt.Fprintf(o.Out, "%-19s %s\n", s+" metrics", res.Metrics[s])
 	}
+	fmt.Fprintf(o.Out, "%-19s %s/v1/tenants/t_globetrek/intents/bi_sc03  (…/operations/BOOK/retry-gate)\n", "query API", res.Metrics["query-api"])
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(o.Brokers...))
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/lag"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -206,6 +207,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		cl.Close()
 		return err
 	}
+
+	reg.MustRegister(lag.New(lag.Config{Admin: kadm.NewClient(cl), Groups: []string{cfg.Group}, Pool: pool, Providers: cfg.Providers}))
 
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))

@@ -223,6 +223,33 @@ func (m *model) deliveries(rng *rand.Rand, copies []int) []*kgo.Record {
 	return out
 }
 
+// checkDeliveries verifies what deliveries promises for recs: every event 1–5 times with its
+// own key and identical bytes, and within an intent every copy of event k after the first copy
+// of event k−1 and every duplicate after its first copy.
+func (m *model) checkDeliveries(t testing.TB, recs []*kgo.Record) {
+	t.Helper()
+	index := make(map[string]int, len(m.events))
+	for i, e := range m.events {
+		index[string(e)] = i
+	}
+	copies := make([]int, len(m.events))
+	for _, r := range recs {
+		i, ok := index[string(r.Value)]
+		if !ok || string(r.Key) != string(m.keys[i]) {
+			t.Fatalf("delivery %q is not a generated event under its key", r.Value)
+		}
+		if k := i % eventsPerIntent; copies[i] == 0 && k > 0 && copies[i-1] == 0 {
+			t.Fatalf("event %d published before event %d of its intent", i, i-1)
+		}
+		copies[i]++
+	}
+	for i, n := range copies {
+		if n < 1 || n > 5 {
+			t.Fatalf("event %d published %d times, want 1–5", i, n)
+		}
+	}
+}
+
 // produce publishes recs to topic with async Produce and one Flush; fresh records each time, so
 // a slice can be published twice.
 func produce(t testing.TB, cl *kgo.Client, topic string, recs []*kgo.Record) {

@@ -258,9 +258,9 @@ func (e *raceEnv) escalated(t *testing.T, tenant, key, reason string) int {
 		WHERE a.tenant_id = $1 AND a.idempotency_key = $2 AND x.reason = $3`, tenant, key, reason)
 }
 
-// TestConcurrentSameEvent applies one eventId in two concurrent transactions through the
-// ingester's path (dedup insert, then ApplyEvent), 50 rounds: exactly one applies, the other
-// sees a duplicate, and the effect (attempt, audit row, resolution) exists once.
+// TestConcurrentSameEvent applies one eventId in two concurrent transactions through each of
+// the ingester's paths (insert-first dedup, then the apply), 50 rounds: exactly one applies, the
+// other sees a duplicate, and the effect (attempt, audit row, resolution) exists once.
 func TestConcurrentSameEvent(t *testing.T) {
 	t.Parallel()
 	paths(t, func(t *testing.T, e *raceEnv) {
@@ -310,7 +310,7 @@ func TestConcurrentSameEvent(t *testing.T) {
 // TestConcurrentDuplicateBooking is sc12's shape: BOOK v1 and v2 of one intent turn CONFIRMED
 // with different provider references in two overlapping transactions, 30 rounds (even rounds
 // from IN_PROGRESS, odd rounds created by the outcome). Whichever commits first, the second must
-// see the first's CONFIRMED and escalate duplicate_booking on both attempts.
+// see the first's CONFIRMED and escalate duplicate_booking on both attempts; on both paths.
 func TestConcurrentDuplicateBooking(t *testing.T) {
 	t.Parallel()
 	paths(t, func(t *testing.T, e *raceEnv) {
@@ -347,7 +347,7 @@ func TestConcurrentDuplicateBooking(t *testing.T) {
 // two different intents' BOOK attempts (odd rounds in two tenants) in two overlapping
 // transactions, 30 rounds (even rounds from IN_PROGRESS, odd ones created by the outcome).
 // The intents' locks do not serialise them; the claim must, and both attempts must be escalated
-// duplicate_provider_reference.
+// duplicate_provider_reference; on both paths.
 func TestConcurrentDuplicateProviderReference(t *testing.T) {
 	t.Parallel()
 	paths(t, func(t *testing.T, e *raceEnv) {

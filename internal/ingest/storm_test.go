@@ -84,6 +84,7 @@ func TestDuplicateStorm(t *testing.T) {
 	if len(m.events) != 20000 {
 		t.Fatalf("generated %d events, want 20000", len(m.events))
 	}
+	m.checkDeliveries(t, recs)
 	t.Logf("generated %d events, %d deliveries", len(m.events), len(recs))
 	cfg := h.IngestConfig()
 	adm := kafkatest.Admin(t)

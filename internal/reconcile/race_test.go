@@ -128,8 +128,10 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 		errMu  sync.Mutex
 		errs   []error
 		done   = make(chan struct{})
+		stop   = sync.OnceFunc(func() { close(done) })
 		failed = func(err error) { errMu.Lock(); errs = append(errs, err); errMu.Unlock() }
 	)
+	t.Cleanup(stop) // on a failed assertion too, before the pools close
 	// A free-running reconciler: RunOnce while there is work, then wait for the clock to move
 	// (nothing else makes an attempt due) or for the end.
 	loop := func(r *reconcile.Reconciler) {
@@ -163,7 +165,7 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 		case p := <-pausedCh:
 			return p
 		case <-time.After(2 * time.Minute): // a hang guard, not timing logic
-			t.Fatal("reconciler 0 never paused")
+			t.Fatal("no reconciler paused")
 			return claimPause{}
 		}
 	}
@@ -236,7 +238,7 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	close(done)
+	stop()
 	wg.Wait()
 	if len(errs) > 0 {
 		t.Fatalf("reconciler errors: %v", errs)

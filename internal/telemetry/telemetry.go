@@ -1,10 +1,14 @@
 // Package telemetry builds the services' slog logger and the admin HTTP server: /metrics
-// (Prometheus), /livez (the process runs) and /readyz (its dependencies answer).
+// (Prometheus), /livez (the process runs) and /readyz (its dependencies answer). Every service
+// logs one JSON object per line on stderr with the same keys (docs/deploy.md, "Logs"): time,
+// level, msg, service, then snake_case attributes — err for errors, topic, partition, offset,
+// event_id, attempt_id — and franz-go's own lines arrive through kslog with component=franz-go.
 package telemetry
 
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,14 +22,21 @@ import (
 
 // Logger returns a JSON slog logger on stderr with the service name on every line.
 func Logger(service string) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", service)
+	return NewLogger(os.Stderr, service, slog.LevelInfo)
 }
 
-// NewRegistry returns a registry with the Go and process collectors and build info.
+// NewLogger returns a JSON slog logger writing to w at level, with the service name on every
+// line: the one log format of every bookrecon process.
+func NewLogger(w io.Writer, service string, level slog.Leveler) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With("service", service)
+}
+
+// NewRegistry returns a registry with the Go and process collectors, go_build_info and
+// bookrecon_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collectors.NewBuildInfoCollector())
+		collectors.NewBuildInfoCollector(), NewBuildInfo())
 	return reg
 }
 
