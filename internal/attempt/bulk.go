@@ -1,10 +1,13 @@
 package attempt
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -436,6 +439,11 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	if len(b.claims) == 0 {
 		return nil
 	}
+	// Claim in key order, so two batches claiming overlapping references cannot deadlock.
+	slices.SortFunc(b.claims, func(x, y *Row) int {
+		return cmp.Or(strings.Compare(x.Provider, y.Provider), strings.Compare(string(x.Operation), string(y.Operation)),
+			strings.Compare(x.ProviderReference, y.ProviderReference))
+	})
 	var prov, op, ref, tenant []string
 	var ids []uuid.UUID
 	for _, a := range b.claims {

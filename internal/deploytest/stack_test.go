@@ -263,9 +263,22 @@ var (
 	descLabelsRE = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
 )
 
-// kpromMetrics returns every metric kprom can export for a service's client, built through
-// internal/kafka.Options as the services build theirs, whether or not it has been observed
-// yet (connect errors, throttling).
+// kpromObserved are the kprom metrics that internal/kafka.Options's configuration (kprom's
+// defaults: uncompressed bytes by node and topic, no histograms) ever records. kprom registers
+// more (batch and record counts, compressed bytes, latency histograms) that stay empty unless
+// kprom.FetchAndProduceDetail or kprom.Histograms enable them; when internal/kafka does, the
+// catalogue test fails on the newly exported names until they are added here.
+var kpromObserved = map[string]bool{
+	"connects_total": true, "connect_errors_total": true, "disconnects_total": true,
+	"write_bytes_total": true, "write_errors_total": true, "read_bytes_total": true, "read_errors_total": true,
+	"fetch_bytes_total": true, "produce_bytes_total": true,
+	"buffered_fetch_bytes": true, "buffered_fetch_records_total": true,
+	"buffered_produce_bytes": true, "buffered_produce_records_total": true,
+}
+
+// kpromMetrics returns the kprom metrics a service's client exports (kpromObserved), built
+// through internal/kafka.Options as the services build theirs, whether or not they have been
+// observed in this run (connect errors, for one).
 func kpromMetrics(t *testing.T, svc string) []metricInfo {
 	t.Helper()
 	rec := &recorder{Registerer: prometheus.NewRegistry()}
@@ -305,6 +318,9 @@ func kpromMetrics(t *testing.T, svc string) []metricInfo {
 			var ls []string
 			if labels[1] != "" {
 				ls = strings.Split(labels[1], ",")
+			}
+			if !kpromObserved[strings.TrimPrefix(name[1], "bookrecon_kafka_"+svc+"_")] {
+				continue
 			}
 			out = append(out, metricInfo{Name: name[1], Type: typ, Help: h, Labels: ls, Services: []string{svc}, Kprom: true})
 		}
