@@ -62,10 +62,25 @@ const maxEventIDBytes = 256
 // and so is request on outcome events and outcome on attempt.started. On error the returned
 // Attempt is the zero value.
 func DecodeAttempt(raw []byte, opt DecodeOptions) (Attempt, error) {
-	o, err := parseRecord(raw)
+	a, _, err := DecodeAttemptHashed(raw, opt)
+	return a, err
+}
+
+// DecodeAttemptHashed is DecodeAttempt that also returns CanonicalHash(raw), computed from the
+// same RFC 8785 pass that validation makes (one canonicalisation per record, not two).
+func DecodeAttemptHashed(raw []byte, opt DecodeOptions) (Attempt, string, error) {
+	o, canonical, err := parseRecord(raw)
 	if err != nil {
-		return Attempt{}, err
+		return Attempt{}, "", err
 	}
+	a, err := decodeAttempt(o, opt)
+	if err != nil {
+		return Attempt{}, "", err
+	}
+	return a, sha256Hex(canonical), nil
+}
+
+func decodeAttempt(o object, opt DecodeOptions) (Attempt, error) {
 	et, err := checkHeader(o, AttemptEventTypes())
 	if err != nil {
 		return Attempt{}, err
@@ -125,10 +140,25 @@ func DecodeAttempt(raw []byte, opt DecodeOptions) (Attempt, error) {
 // Provider is not checked (step 7 does not apply). On error the returned Decision is the zero
 // value and the error an *InvalidError.
 func DecodeDecision(raw []byte, opt DecodeOptions) (Decision, error) {
-	o, err := parseRecord(raw)
+	d, _, err := DecodeDecisionHashed(raw, opt)
+	return d, err
+}
+
+// DecodeDecisionHashed is DecodeDecision that also returns CanonicalHash(raw) from the same
+// canonicalisation pass.
+func DecodeDecisionHashed(raw []byte, opt DecodeOptions) (Decision, string, error) {
+	o, canonical, err := parseRecord(raw)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, "", err
 	}
+	d, err := decodeDecision(o, opt)
+	if err != nil {
+		return Decision{}, "", err
+	}
+	return d, sha256Hex(canonical), nil
+}
+
+func decodeDecision(o object, opt DecodeOptions) (Decision, error) {
 	et, err := checkHeader(o, []EventType{EventDecisionRecorded})
 	if err != nil {
 		return Decision{}, err
@@ -201,23 +231,24 @@ type object map[string]json.RawMessage
 
 // parseRecord runs steps 1 and 2. jcs rejects duplicate keys at any depth, bad syntax, trailing
 // data, lone surrogates and numbers beyond float64; encoding/json then insists on an object.
-func parseRecord(raw []byte) (object, error) {
+func parseRecord(raw []byte) (object, []byte, error) {
 	if len(raw) > MaxRecordBytes {
-		return nil, invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
+		return nil, nil, invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
 	}
 	if !utf8.Valid(raw) {
-		return nil, invalid(ReasonInvalidJSON, "", "record is not UTF-8")
+		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not UTF-8")
 	}
 	// jcs's error text may quote the record, so it is dropped.
-	if _, err := jcs.Transform(raw); err != nil {
-		return nil, invalid(ReasonInvalidJSON, "",
+	canonical, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, nil, invalid(ReasonInvalidJSON, "",
 			"record is not I-JSON (syntax, duplicate key, lone surrogate or number range)")
 	}
 	var o object
 	if err := json.Unmarshal(raw, &o); err != nil || o == nil {
-		return nil, invalid(ReasonInvalidJSON, "", "record is not a JSON object")
+		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not a JSON object")
 	}
-	return o, nil
+	return o, canonical, nil
 }
 
 // checkHeader runs steps 3 and 4: specVersion, then eventType against allowed.

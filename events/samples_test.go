@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"strings"
@@ -146,5 +147,30 @@ func TestSampleDecisions(t *testing.T) {
 		if diff := cmp.Diff(want, d); diff != "" {
 			t.Errorf("line %d (-want +got):\n%s", i+1, diff)
 		}
+	}
+}
+
+// TestDecodeHashedMatchesCanonicalHash: the hash returned with the decode is CanonicalHash of
+// the record, for every valid sample line.
+func TestDecodeHashedMatchesCanonicalHash(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../shared/samples/attempts.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		_, h, err := DecodeAttemptHashed(line, DecodeOptions{})
+		if err != nil {
+			continue
+		}
+		want, err := CanonicalHash(line)
+		if err != nil || h != want {
+			t.Fatalf("DecodeAttemptHashed hash %s, CanonicalHash %s (%v)", h, want, err)
+		}
+		n++
+	}
+	if n < 60 {
+		t.Fatalf("only %d sample lines decoded", n)
 	}
 }

@@ -44,6 +44,7 @@ type Bulk struct {
 	messages []outbox.Message
 	claims   []*Row
 	now      time.Time
+	plan     bool // a planning copy: decides, builds nothing
 }
 
 type bulkAudit struct {
@@ -62,9 +63,10 @@ func groupKey(tenant, intent string, op events.Operation, subject string) string
 }
 
 // NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts and kept
-// decisions in three statements, and plans which intents go the bulk way. Intents in
+// decisions in three statements, and plans which intents go the bulk way. requestHashes[i] is
+// evs[i].Hash() (computed by the caller, which decodes in parallel). Intents in
 // perEvent (e.g. those with a manual decision in the same batch) always take the per-event path.
-func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
+func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, requestHashes []string, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
 	b, err := t.loadBulk(ctx, evs, transportCodes)
 	if err != nil {
 		return nil, err
@@ -74,7 +76,7 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes [
 	}
 	// Plan on a scratch copy: the same deterministic rules, no effects kept.
 	scratch := &Bulk{t: NewTx(t.tx, t.cfg), codes: b.codes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		pending: b.pending, dirty: map[[2]string]bool{}, updates: map[uuid.UUID]*Row{}, now: b.now}
+		pending: b.pending, dirty: map[[2]string]bool{}, updates: map[uuid.UUID]*Row{}, now: b.now, plan: true}
 	copies := map[*Row]*Row{}
 	cp := func(a *Row) *Row {
 		if c, ok := copies[a]; ok {
@@ -95,8 +97,8 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes [
 	for k := range b.dirty {
 		scratch.dirty[k] = true
 	}
-	for _, ev := range evs {
-		scratch.Try(ev)
+	for i, ev := range evs {
+		scratch.Try(ev, requestHashes[i])
 	}
 	b.dirty = scratch.dirty
 	return b, nil
@@ -167,19 +169,19 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 
 // Try applies ev in memory when its intent takes the bulk way and reports whether it did; when
 // it did not, the caller applies ev with ApplyEvent before the next Try.
-func (b *Bulk) Try(ev events.Attempt) bool {
+func (b *Bulk) Try(ev events.Attempt, requestHash string) bool {
 	ik := [2]string{ev.TenantID, ev.BookingIntentID}
 	if b.dirty[ik] {
 		return false
 	}
-	if ok := b.try(ev); !ok {
+	if ok := b.try(ev, requestHash); !ok {
 		b.dirty[ik] = true
 		return false
 	}
 	return true
 }
 
-func (b *Bulk) try(ev events.Attempt) bool {
+func (b *Bulk) try(ev events.Attempt, hash string) bool {
 	key := [2]string{ev.TenantID, ev.IdempotencyKey}
 	if ev.OperationVersion != 1 || b.pending[key] {
 		return false
@@ -199,12 +201,8 @@ func (b *Bulk) try(ev events.Attempt) bool {
 			RequestHash: cur.RequestHash, ProviderReference: cur.ProviderReference}
 	}
 	f := FactOf(ev, b.codes)
-	var hash string
-	if ev.EventType == events.EventStarted {
-		var err error
-		if hash, err = ev.Hash(); err != nil {
-			return false
-		}
+	if ev.EventType == events.EventStarted && hash == "" {
+		return false
 	}
 	v := Decide(c, ev, f, hash)
 	switch {
@@ -338,6 +336,9 @@ func (b *Bulk) add(a *Row, _ Status, ev events.Attempt, v Verdict) {
 }
 
 func (b *Bulk) resolve(a *Row, causeID string) error {
+	if b.plan {
+		return nil
+	}
 	m, err := b.t.resolvedMessage(a, causeID)
 	if err != nil {
 		return err

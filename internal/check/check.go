@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/events"
@@ -86,37 +87,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, brokers []string, topics demo.
 			published[v.TenantID+"/"+v.EventID] = ""
 		}
 	}
-	processed := map[string]int{}
-	rows, err := pool.Query(ctx, `SELECT tenant_id || '/' || event_id, count(*) FROM processed_event WHERE consumer = $1 GROUP BY 1`, in.Consumer)
+	processed, err := counts(ctx, pool, `SELECT tenant_id || '/' || event_id, count(*) FROM processed_event WHERE consumer = $1 GROUP BY 1`, in.Consumer)
 	if err != nil {
 		return rep, err
 	}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			rows.Close()
-			return rep, err
-		}
-		processed[k] = n
-	}
-	rows.Close()
-	applied := map[string]int{}
-	rows, err = pool.Query(ctx, `SELECT a.tenant_id || '/' || t.event_id, count(*) FROM attempt_transition t
+	applied, err := counts(ctx, pool, `SELECT a.tenant_id || '/' || t.event_id, count(*) FROM attempt_transition t
 		JOIN booking_attempt a ON a.id = t.attempt_id WHERE t.cause = 'event' AND t.event_id IS NOT NULL GROUP BY 1`)
 	if err != nil {
 		return rep, err
 	}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			rows.Close()
-			return rep, err
-		}
-		applied[k] = n
-	}
-	rows.Close()
 	once := add("every unique event applied exactly once (dedup row and one audited effect)")
 	lost := add("no event lost (every published event has its dedup row)")
 	for k := range published {
@@ -134,7 +113,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, brokers []string, topics demo.
 	// Attempts against the expected outcome and the provider truth.
 	type att struct{ status, source, ref, provider, clientRef string }
 	got := map[string]att{}
-	rows, err = pool.Query(ctx, `SELECT tenant_id || '/' || idempotency_key, status, coalesce(resolution_source, ''),
+	rows, err := pool.Query(ctx, `SELECT tenant_id || '/' || idempotency_key, status, coalesce(resolution_source, ''),
 		coalesce(provider_reference, ''), provider, coalesce(client_reference, '') FROM booking_attempt`)
 	if err != nil {
 		return rep, err
@@ -272,4 +251,20 @@ func Run(ctx context.Context, pool *pgxpool.Pool, brokers []string, topics demo.
 	}
 	rows.Close()
 	return rep, rows.Err()
+}
+
+// counts runs a (key, count) query into a map.
+func counts(ctx context.Context, pool *pgxpool.Pool, q string, args ...any) (map[string]int, error) {
+	rows, err := pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	var k string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error {
+		out[k] = n
+		return nil
+	})
+	return out, err
 }

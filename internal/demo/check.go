@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -12,55 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/samples"
 )
 
 // Expected is samples/expected.json.
-type Expected struct {
-	Attempts []struct {
-		TenantID          string `json:"tenantId"`
-		IdempotencyKey    string `json:"idempotencyKey"`
-		Status            string `json:"status"`
-		ResolutionSource  string `json:"resolutionSource"`
-		ProviderReference string `json:"providerReference"`
-	} `json:"attempts"`
-	Escalations []struct {
-		TenantID       string `json:"tenantId"`
-		IdempotencyKey string `json:"idempotencyKey"`
-		Reason         string `json:"reason"`
-		State          string `json:"state"`
-		ClosedBy       string `json:"closedBy"`
-	} `json:"escalations"`
-	DeadLetters []struct {
-		EventID *string `json:"eventId"`
-		Reason  string  `json:"reason"`
-	} `json:"deadLetters"`
-	Counts struct {
-		UniqueValidEvents   int            `json:"uniqueValidEvents"`
-		DuplicateDeliveries map[string]int `json:"duplicateDeliveries"`
-		IdempotentRepeats   int            `json:"idempotentRepeats"`
-		Attempts            int            `json:"attempts"`
-		TerminalAttempts    int            `json:"terminalAttempts"`
-		ResolutionEvents    int            `json:"resolutionEvents"`
-		KeyConflicts        int            `json:"keyConflicts"`
-		BlindRetries        int            `json:"blindRetries"`
-		Escalations         int            `json:"escalations"`
-		EscalationsClosed   int            `json:"escalationsClosed"`
-		DeadLetters         int            `json:"deadLetters"`
-	} `json:"counts"`
-}
+type Expected = samples.Expected
 
 // LoadExpected reads expected.json.
-func LoadExpected(path string) (*Expected, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var e Expected
-	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("demo: %s: %w", path, err)
-	}
-	return &e, nil
-}
+func LoadExpected(path string) (*Expected, error) { return samples.LoadExpected(path) }
 
 // Line is one line of the report: a scenario (sc01…sc23) or a group check.
 type Line struct {

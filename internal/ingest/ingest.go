@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -318,28 +319,31 @@ type item struct {
 	rec      *kgo.Record
 	attempt  *events.Attempt
 	decision *events.Decision
-	hash     string
-	invalid  *events.InvalidError
+	hash     string // CanonicalHash of the record
+	// requestHash is the attempt's request hash ("" unless a start).
+	requestHash string
+	invalid     *events.InvalidError
 }
 
-func (in *Ingester) decode(r *kgo.Record) item {
+func (in *Ingester) decode(r *kgo.Record, opt events.DecodeOptions) item {
 	it := item{rec: r}
-	in.mu.Lock()
-	opt := events.DecodeOptions{KnownProvider: in.cfg.Providers.Known, MinOccurredAt: in.minOccured}
-	in.mu.Unlock()
 	var err error
 	switch r.Topic {
 	case in.cfg.Topics.Decisions:
 		var d events.Decision
-		d, err = events.DecodeDecision(r.Value, opt)
+		d, it.hash, err = events.DecodeDecisionHashed(r.Value, opt)
 		if err == nil {
 			it.decision = &d
 		}
 	default:
 		var a events.Attempt
-		a, err = events.DecodeAttempt(r.Value, opt)
+		a, it.hash, err = events.DecodeAttemptHashed(r.Value, opt)
 		if err == nil {
 			it.attempt = &a
+			// The request hash too, here where decoding runs in parallel; the bulk path uses it.
+			if it.requestHash, err = a.Hash(); err != nil {
+				it.attempt = nil
+			}
 		}
 	}
 	if err != nil {
@@ -348,12 +352,28 @@ func (in *Ingester) decode(r *kgo.Record) item {
 			inv = &events.InvalidError{Reason: events.ReasonInvalidJSON, Detail: "undecodable"}
 		}
 		it.invalid = inv
-		return it
-	}
-	if it.hash, err = events.CanonicalHash(r.Value); err != nil {
-		it.invalid = &events.InvalidError{Reason: events.ReasonInvalidJSON, Detail: "canonical form"}
 	}
 	return it
+}
+
+// decodeAll decodes a batch on every core: validation and RFC 8785 canonicalisation are the
+// ingester's CPU cost, and the database waits meanwhile anyway.
+func (in *Ingester) decodeAll(recs []*kgo.Record) []item {
+	in.mu.Lock()
+	opt := events.DecodeOptions{KnownProvider: in.cfg.Providers.Known, MinOccurredAt: in.minOccured}
+	in.mu.Unlock()
+	items := make([]item, len(recs))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(recs)/64))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(recs); i += workers {
+				items[i] = in.decode(recs[i], opt)
+			}
+		})
+	}
+	wg.Wait()
+	return items
 }
 
 // batchResult collects what to count once the batch commits.
@@ -368,10 +388,9 @@ type batchResult struct {
 }
 
 func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
-	items := make([]item, len(recs))
+	items := in.decodeAll(recs)
 	days := map[time.Time]bool{}
-	for i, r := range recs {
-		items[i] = in.decode(r)
+	for i := range items {
 		if a := items[i].attempt; a != nil {
 			days[processedevent.Day(a.OccurredAt)] = true
 		}
@@ -474,6 +493,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 	}
 	var applied []events.Attempt
+	var appliedHashes []string
 	var perEvent [][2]string
 	for i := range items {
 		if outcome[i] != processedevent.Applied {
@@ -481,13 +501,14 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 		if a := items[i].attempt; a != nil {
 			applied = append(applied, *a)
+			appliedHashes = append(appliedHashes, items[i].requestHash)
 		}
 		if d := items[i].decision; d != nil {
 			perEvent = append(perEvent, [2]string{d.TenantID, d.BookingIntentID})
 		}
 	}
 	at := attempt.NewTx(tx, &in.acfg)
-	bulk, err := at.NewBulk(ctx, applied, in.codes, perEvent)
+	bulk, err := at.NewBulk(ctx, applied, appliedHashes, in.codes, perEvent)
 	if err != nil {
 		return err
 	}
@@ -528,7 +549,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 				continue
 			}
 			if !bulk.PerEvent(*a) {
-				if !bulk.Try(*a) {
+				if !bulk.Try(*a, it.requestHash) {
 					return attempt.ErrPlanDiverged
 				}
 				continue

@@ -124,13 +124,17 @@ func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) 
 			return dedup[0], nil
 		}
 		at := attempt.NewTx(tx, &e.cfg)
-		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, codes, nil)
+		rh, err := ev.Hash()
+		if err != nil {
+			return 0, err
+		}
+		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, []string{rh}, codes, nil)
 		if err != nil {
 			return 0, err
 		}
 		if bulk.PerEvent(ev) {
 			_, err = attempt.NewTx(tx, &e.cfg).ApplyEvent(ctx, ev, codes)
-		} else if !bulk.Try(ev) {
+		} else if !bulk.Try(ev, rh) {
 			err = attempt.ErrPlanDiverged
 		}
 		if err != nil {

@@ -5,8 +5,6 @@ package pipelinetest
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
@@ -22,41 +20,6 @@ import (
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// Expected is samples/expected.json.
-type Expected struct {
-	Attempts []struct {
-		TenantID          string `json:"tenantId"`
-		IdempotencyKey    string `json:"idempotencyKey"`
-		Status            string `json:"status"`
-		ResolutionSource  string `json:"resolutionSource"`
-		ProviderReference string `json:"providerReference"`
-	} `json:"attempts"`
-	Escalations []struct {
-		TenantID       string `json:"tenantId"`
-		IdempotencyKey string `json:"idempotencyKey"`
-		Reason         string `json:"reason"`
-		State          string `json:"state"`
-		ClosedBy       string `json:"closedBy"`
-	} `json:"escalations"`
-	DeadLetters []struct {
-		EventID *string `json:"eventId"`
-		Reason  string  `json:"reason"`
-	} `json:"deadLetters"`
-	Counts struct {
-		UniqueValidEvents   int            `json:"uniqueValidEvents"`
-		DuplicateDeliveries map[string]int `json:"duplicateDeliveries"`
-		IdempotentRepeats   int            `json:"idempotentRepeats"`
-		Attempts            int            `json:"attempts"`
-		TerminalAttempts    int            `json:"terminalAttempts"`
-		ResolutionEvents    int            `json:"resolutionEvents"`
-		KeyConflicts        int            `json:"keyConflicts"`
-		BlindRetries        int            `json:"blindRetries"`
-		Escalations         int            `json:"escalations"`
-		EscalationsClosed   int            `json:"escalationsClosed"`
-		DeadLetters         int            `json:"deadLetters"`
-	} `json:"counts"`
-}
-
 // Harness is one test's isolated pipeline environment.
 type Harness struct {
 	T         testing.TB
@@ -65,7 +28,7 @@ type Harness struct {
 	DBURL     string
 	Pool      *pgxpool.Pool
 	Providers *providers.Map
-	Expected  Expected
+	Expected  samples.Expected
 	Producer  *kgo.Client
 }
 
@@ -95,13 +58,11 @@ func New(t testing.TB, partitions int32) *Harness {
 		t.Fatal(err)
 	}
 	ep, _ := samples.Path("expected.json")
-	b, err := os.ReadFile(ep)
+	exp, err := samples.LoadExpected(ep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &h.Expected); err != nil {
-		t.Fatal(err)
-	}
+	h.Expected = *exp
 	h.Producer, err = kgo.NewClient(kgo.SeedBrokers(kafkatest.Brokers()...))
 	if err != nil {
 		t.Fatal(err)

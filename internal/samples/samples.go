@@ -3,7 +3,9 @@
 package samples
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 )
@@ -39,4 +41,52 @@ func Path(name string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(d, name), nil
+}
+
+// Expected is samples/expected.json.
+type Expected struct {
+	Attempts []struct {
+		TenantID          string `json:"tenantId"`
+		IdempotencyKey    string `json:"idempotencyKey"`
+		Status            string `json:"status"`
+		ResolutionSource  string `json:"resolutionSource"`
+		ProviderReference string `json:"providerReference"`
+	} `json:"attempts"`
+	Escalations []struct {
+		TenantID       string `json:"tenantId"`
+		IdempotencyKey string `json:"idempotencyKey"`
+		Reason         string `json:"reason"`
+		State          string `json:"state"`
+		ClosedBy       string `json:"closedBy"`
+	} `json:"escalations"`
+	DeadLetters []struct {
+		EventID *string `json:"eventId"`
+		Reason  string  `json:"reason"`
+	} `json:"deadLetters"`
+	Counts struct {
+		UniqueValidEvents   int            `json:"uniqueValidEvents"`
+		DuplicateDeliveries map[string]int `json:"duplicateDeliveries"`
+		IdempotentRepeats   int            `json:"idempotentRepeats"`
+		Attempts            int            `json:"attempts"`
+		TerminalAttempts    int            `json:"terminalAttempts"`
+		ResolutionEvents    int            `json:"resolutionEvents"`
+		KeyConflicts        int            `json:"keyConflicts"`
+		BlindRetries        int            `json:"blindRetries"`
+		Escalations         int            `json:"escalations"`
+		EscalationsClosed   int            `json:"escalationsClosed"`
+		DeadLetters         int            `json:"deadLetters"`
+	} `json:"counts"`
+}
+
+// LoadExpected reads an expected.json.
+func LoadExpected(path string) (*Expected, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var e Expected
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("samples: %s: %w", path, err)
+	}
+	return &e, nil
 }
