@@ -21,7 +21,7 @@ type cli struct {
 	Providers     string   `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map (format of samples/providers.yaml)."`
 	AdminAddr     string   `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int      `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
-	MaxPoll       int      `env:"BOOKRECON_MAX_POLL_RECORDS" default:"1000" help:"Records per batch."`
+	MaxPoll       int      `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
 	Group         string   `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
 	TopicSuffix   string   `env:"BOOKRECON_TOPIC_SUFFIX" help:"Appended as .<suffix> to every topic name (isolated test runs); empty for the v1 topics."`
 	Failpoint     string   `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
