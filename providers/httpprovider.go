@@ -47,7 +47,10 @@ func WithClock(now func() time.Time) HTTPOption {
 // invalid query is not sent: [ClassContract] wrapping [ErrInvalidQuery].
 //
 // The per-call timeout comes from ctx (and client.Timeout, if set). A nil client means
-// http.DefaultClient. The adapter never retries. An invalid baseURL makes every Lookup fail with
+// http.DefaultClient. The adapter never retries on its own; note that Go's transport itself
+// replays an idempotent GET once, on a fresh connection, when a reused keep-alive connection is
+// reset before any answer — harmless for a read-only lookup, but the provider may count it
+// against its rate limit. An invalid baseURL makes every Lookup fail with
 // a [ClassContract] error.
 func NewHTTP(baseURL string, client *http.Client, opts ...HTTPOption) Provider {
 	p := &httpProvider{client: client, now: time.Now}

@@ -291,6 +291,9 @@ func (b *Bulk) unknown(a *Row, ev events.Attempt, f Fact) bool {
 		return false
 	}
 	a.TimeoutClass = string(f.TimeoutClass)
+	if f.Transport {
+		a.FailureCode = f.FailureCode // the transport-timeout code, as ApplyEvent keeps it
+	}
 	if ev.Outcome != nil && !f.Transport && f.TimeoutClass == events.TimeoutConnect {
 		a.requestSent = ev.Outcome.RequestSent
 	}
@@ -313,6 +316,12 @@ func (b *Bulk) settle(a *Row, ev events.Attempt, f Fact, v Verdict) {
 	}
 	if f.FailureCode != "" {
 		a.FailureCode = f.FailureCode
+	}
+	if f.TimeoutClass != "" { // not_sent: connect_timeout with requestSent false, as ApplyEvent keeps it
+		a.TimeoutClass = string(f.TimeoutClass)
+		if ev.Outcome != nil && f.TimeoutClass == events.TimeoutConnect {
+			a.requestSent = ev.Outcome.RequestSent
+		}
 	}
 	a.WindowStart = later(ev.OccurredAt, b.now)
 	if v.Status == StatusFailed {

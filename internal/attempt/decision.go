@@ -19,7 +19,19 @@ const (
 	DecisionApplied   = "applied"
 	DecisionKept      = "kept"
 	DecisionUnchanged = "unchanged"
+	// DecisionRejected: the decision names another intent than the attempt's; it is audited and
+	// recorded as an anomaly, never applied (a mistyped key must not settle someone else's attempt).
+	DecisionRejected = "rejected"
 )
+
+// rejectDecision audits a decision that names another intent than attempt a's.
+func (t *Tx) rejectDecision(ctx context.Context, a *Row, d events.Decision) error {
+	if err := t.audit(ctx, a.ID, Audit{From: a.Status, To: a.Status, Cause: "manual", EventID: d.EventID, Actor: d.Actor,
+		Reason: d.Reason, Note: "decision rejected: it names another bookingIntentId than the attempt's"}); err != nil {
+		return err
+	}
+	return t.Anomaly(ctx, a.TenantID, &a.ID, "decision_intent_mismatch", d.EventID, map[string]any{"decisionIntent": d.BookingIntentID})
+}
 
 // ApplyDecision applies one deduplicated manual decision (DESIGN.md "Contract v1", manual
 // decisions) and returns what happened:
@@ -36,6 +48,9 @@ func (t *Tx) ApplyDecision(ctx context.Context, d events.Decision) (string, erro
 	a, err := t.ByKey(ctx, d.TenantID, d.IdempotencyKey)
 	if err != nil {
 		return "", err
+	}
+	if a != nil && a.BookingIntentID != d.BookingIntentID {
+		return DecisionRejected, t.rejectDecision(ctx, a, d)
 	}
 	if a == nil || a.Status == StatusInProgress {
 		b, err := json.Marshal(d)
@@ -81,7 +96,7 @@ func (t *Tx) decide(ctx context.Context, a *Row, d events.Decision) (string, err
 // it UNKNOWN or terminal, after that transaction's own effects (DESIGN.md "Contract v1").
 func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
 	rows, err := t.tx.Query(ctx, `SELECT decision FROM pending_decision
-		WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL ORDER BY created_at, event_id FOR UPDATE`,
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL ORDER BY seq FOR UPDATE`,
 		a.TenantID, a.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("attempt: pending decisions: %w", err)
@@ -102,7 +117,12 @@ func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
 		if err != nil {
 			return err
 		}
-		if _, err := t.decide(ctx, cur, d); err != nil {
+		if cur.BookingIntentID != d.BookingIntentID {
+			err = t.rejectDecision(ctx, cur, d)
+		} else {
+			_, err = t.decide(ctx, cur, d)
+		}
+		if err != nil {
 			return err
 		}
 		if _, err := t.tx.Exec(ctx, `UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3`,

@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		EventIDCollisions: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_event_id_collisions_total",
 			Help: "Records reusing a processed eventId with different content (not applied)."}),
 		ManualDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_manual_decisions_total",
-			Help: "Manual decisions, by decision and what happened (applied, kept, unchanged)."}, []string{"decision", "outcome"}),
+			Help: "Manual decisions, by decision and what happened (applied, kept, unchanged, rejected)."}, []string{"decision", "outcome"}),
 		BatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "bookrecon_ingest_batch_seconds",
 			Help: "Seconds per polled batch, from decode to offset commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		Paused: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_pauses_total",
@@ -99,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.EscalationsClosed.WithLabelValues(string(r))
 	}
 	for _, d := range []string{"CONFIRMED", "FAILED"} {
-		for _, o := range []string{"applied", "kept", "unchanged"} {
+		for _, o := range []string{"applied", "kept", "unchanged", "rejected"} {
 			m.ManualDecisions.WithLabelValues(d, o)
 		}
 	}

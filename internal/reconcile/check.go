@@ -155,6 +155,23 @@ func (r *Reconciler) authoritativeNotFound(a *attempt.Row, caps providers.Capabi
 	return true
 }
 
+// windowPassedOnDatabaseClock re-checks the authoritative not-found window of a against the
+// database's clock, the clock window_start was recorded on.
+func (r *Reconciler) windowPassedOnDatabaseClock(ctx context.Context, tx pgx.Tx, a *attempt.Row) (bool, error) {
+	caps, _ := r.cfg.Providers.Get(a.Provider)
+	need := caps.ConsistencyWindow
+	if tc := events.TimeoutClass(a.TimeoutClass); tc == events.TimeoutBusiness || tc == events.TimeoutClient {
+		need = max(need, caps.MaxProcessingTime)
+	}
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT now() >= $1::timestamptz + $2::interval`, a.WindowStart,
+		fmt.Sprintf("%d microseconds", need.Microseconds())).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("reconcile: database clock: %w", err)
+	}
+	return ok, nil
+}
+
 // write records the verdict in a transaction fenced by the lease token: every write carries
 // `lease_token = $token AND status = 'UNKNOWN'`. When the attempt was settled meanwhile the
 // lookup only reaches the audit trail (a contradiction when conclusive and disagreeing); when
@@ -184,6 +201,17 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 		}
 		if a.Status != attempt.StatusUnknown {
 			return r.late(ctx, at, a, v)
+		}
+		if v.authNotFound && r.dbClockFloor {
+			ok, err := r.windowPassedOnDatabaseClock(ctx, tx, a)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				// The reconciler's clock runs ahead of the database's: skew may only delay a
+				// FAILED, never hasten it (DESIGN.md "Reconciliation"). Back off instead.
+				v.settle, v.authNotFound = nil, false
+			}
 		}
 		if v.settle != nil {
 			v.settle.CauseID = fmt.Sprintf("lookup:%s:%d", a.ID, c.Token)

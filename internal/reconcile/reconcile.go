@@ -58,6 +58,10 @@ type Config struct {
 	// Store is the attempt store's configuration (topics, policies); built from Providers when
 	// its Policies are nil.
 	Store attempt.Config
+	// DatabaseClockFloor re-checks an authoritative not-found's window on the database clock
+	// before recording FAILED, so a reconciler clock running ahead cannot hasten it. Always on
+	// with the system clock (New's now == nil); tests that drive time by hand may set it.
+	DatabaseClockFloor bool
 }
 
 func (c Config) withDefaults() Config {
@@ -107,6 +111,8 @@ type Reconciler struct {
 	log      *slog.Logger
 	now      Clock
 	metrics  *Metrics
+	// dbClockFloor: see Config.DatabaseClockFloor.
+	dbClockFloor bool
 	// BeforeWrite, when set, runs after the provider answered and before the fenced write
 	// (tests pause a reconciler here past its lease).
 	BeforeWrite func(ctx context.Context, a *attempt.Row)
@@ -118,8 +124,9 @@ func New(cfg Config, pool *pgxpool.Pool, p providers.Provider, log *slog.Logger,
 	if cfg.Providers == nil {
 		return nil, errors.New("reconcile: Providers (capability map) is required")
 	}
+	floor := cfg.DatabaseClockFloor
 	if now == nil {
-		now = time.Now
+		now, floor = time.Now, true
 	}
 	if log == nil {
 		log = slog.Default()
@@ -127,7 +134,7 @@ func New(cfg Config, pool *pgxpool.Pool, p providers.Provider, log *slog.Logger,
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	return &Reconciler{cfg: cfg, pool: pool, provider: p, log: log, now: now, metrics: NewMetrics(reg, cfg.Providers)}, nil
+	return &Reconciler{cfg: cfg, pool: pool, provider: p, log: log, now: now, metrics: NewMetrics(reg, cfg.Providers), dbClockFloor: floor}, nil
 }
 
 // Run reconciles until ctx ends: ticker → RunOnce → log → continue (STYLE.md habit 11).

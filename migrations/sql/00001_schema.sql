@@ -133,6 +133,7 @@ CREATE TABLE provider_reference_claim (
 -- pending_decision: a manual decision for an attempt that does not exist yet or is IN_PROGRESS,
 -- applied by the transaction that next makes the attempt UNKNOWN or terminal.
 CREATE TABLE pending_decision (
+    seq              bigserial   NOT NULL, -- arrival order: decisions kept in one transaction share created_at
     tenant_id        text        NOT NULL,
     idempotency_key  text        NOT NULL,
     event_id         text        NOT NULL,
