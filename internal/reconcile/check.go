@@ -239,10 +239,16 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 				return err
 			}
 		}
-		switch {
-		case v.noCapability:
-			return at.Escalate(ctx, a, attempt.ReasonNoLookupCapability, "")
-		case v.escalate != "":
+		// no_lookup_capability is raised by the transaction that recorded the attempt UNKNOWN
+		// (ingester, stale sweep), never on a later check (DESIGN.md "Reconciliation"): here
+		// the attempt only leaves the check schedule (next_check_at NULL).
+		if v.escalate == attempt.ReasonContradiction {
+			at.Contradictions++
+			if err := at.Anomaly(ctx, a.TenantID, &a.ID, string(attempt.ReasonContradiction), "", map[string]any{"lookup": v.audit}); err != nil {
+				return err
+			}
+		}
+		if v.escalate != "" {
 			return at.Escalate(ctx, a, v.escalate, "")
 		}
 		return nil
