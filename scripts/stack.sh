@@ -95,6 +95,10 @@ kafka_up() {
   kafka_libs
   mkdir -p "$KDIR"
   if kafka_running && wait_port 127.0.0.1 19092 1; then log "kafka already running: $KAFKA_ADDR"; return 0; fi
+  if wait_port 127.0.0.1 19092 1; then
+    log "kafka: $KAFKA_ADDR is already served by a broker this checkout did not start (another checkout's?); using it"
+    return 0
+  fi
   sed "s#^log.dirs=.*##" "$ROOT/scripts/kafka/server.properties" >"$KDIR/server.properties"
   echo "log.dirs=$KDIR/data" >>"$KDIR/server.properties"
   if [ ! -f "$KDIR/data/meta.properties" ]; then
@@ -128,7 +132,9 @@ case "${1:-}" in
   down) kafka_down; log "kafka stopped (postgresql left to the system)" ;;
   reset) kafka_down; rm -rf "$KDIR/data"; log "kafka data removed" ;;
   status)
-    kafka_running && echo "kafka: running ($KAFKA_ADDR)" || echo "kafka: stopped"
+    if kafka_running; then echo "kafka: running ($KAFKA_ADDR, pid $(cat "$KDIR/broker.pid"))"
+    elif wait_port 127.0.0.1 19092 1; then echo "kafka: $KAFKA_ADDR served by a broker this checkout did not start"
+    else echo "kafka: stopped"; fi
     pg_lsclusters 2>/dev/null || echo "postgresql: not installed" ;;
   env)
     echo "export BOOKRECON_DATABASE_URL='$PG_URL'"

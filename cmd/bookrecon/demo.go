@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -21,7 +22,7 @@ import (
 
 type demoCmd struct {
 	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default ../shared/samples beside the repository)."`
-	Database string `default:"bookrecon_demo" help:"Database the demo recreates for its run."`
+	Database string `default:"bookrecon_demo" help:"Database the demo drops and recreates for its run (must end in _demo)."`
 	Log      string `default:".stack/demo.log" help:"Where the services' JSON logs go."`
 }
 
@@ -75,9 +76,20 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
-// recreateDB drops and creates database name on the server of adminURL and returns its URL.
+// recreateDB drops and creates database name (through the server's maintenance database, so
+// the URL may name the demo database itself) and returns its URL. Only a name ending in _demo
+// is accepted: the demo must never drop a database someone works in.
 func recreateDB(ctx context.Context, adminURL, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, adminURL)
+	if !strings.HasSuffix(name, "_demo") {
+		return "", fmt.Errorf("--database %q: the demo drops and recreates it, so its name must end in _demo", name)
+	}
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return "", err
+	}
+	maint := *u
+	maint.Path = "/postgres"
+	conn, err := pgx.Connect(ctx, maint.String())
 	if err != nil {
 		return "", err
 	}
@@ -88,10 +100,6 @@ func recreateDB(ctx context.Context, adminURL, name string) (string, error) {
 	}
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+id); err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
-	}
-	u, err := url.Parse(adminURL)
-	if err != nil {
-		return "", err
 	}
 	u.Path = "/" + name
 	return u.String(), nil

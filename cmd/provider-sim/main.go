@@ -42,11 +42,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, deps{args: os.Args[1:], lookupEnv: os.LookupEnv, stderr: os.Stderr, now: time.Now})
+	if errors.Is(err, errHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "provider-sim:", err)
 		os.Exit(1)
 	}
 }
+
+// errHelp: -h or -help printed the usage; not a failure.
+var errHelp = errors.New("help requested")
 
 // deps is what run takes from its surroundings, so that a test can start it in-process.
 type deps struct {
@@ -153,6 +159,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	seed := fs.String("seed", env("PROVIDER_SIM_SEED", "1"), "fault RNG seed")
 	faults := fs.String("faults", env("PROVIDER_SIM_FAULTS", ""), "faults at start, JSON")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Fprintln(os.Stdout, "usage: provider-sim [flags]  (each flag also reads PROVIDER_SIM_<NAME>)")
+			fs.PrintDefaults()
+			return config{}, errHelp
+		}
 		return config{}, fmt.Errorf("flags: %w", err)
 	}
 

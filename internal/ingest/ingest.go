@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -145,6 +146,9 @@ type Ingester struct {
 	mu         sync.Mutex
 	knownDays  map[time.Time]bool
 	minOccured time.Time
+	// paused holds why the batch in hand keeps failing (nil while batches commit): /readyz
+	// reports it, so a stalled ingester is not "ready".
+	paused atomic.Pointer[string]
 }
 
 // Run starts the ingester and blocks until ctx ends; it then finishes the batch in hand,
@@ -219,6 +223,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if cfg.AdminAddr != "-" {
 		wg.Go(func() {
 			ready := func(ctx context.Context) error {
+				if why := in.paused.Load(); why != nil {
+					return fmt.Errorf("batch paused: %s", *why)
+				}
 				if err := pool.Ping(ctx); err != nil {
 					return err
 				}
@@ -296,6 +303,7 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 			}
 			err = in.client.CommitRecords(ctx, recs...)
 			if err == nil {
+				in.paused.Store(nil)
 				return nil
 			}
 			// The DB work is committed; redelivery after a failed offset commit is deduplicated.
@@ -305,6 +313,8 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 			return ctx.Err()
 		}
 		in.metrics.Paused.Inc()
+		why := err.Error()
+		in.paused.Store(&why)
 		wait := b.NextBackOff()
 		in.log.Warn("batch paused; retrying", "records", len(recs), "retry_in", wait.String(), "err", err)
 		select {
