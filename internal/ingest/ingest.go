@@ -33,6 +33,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/lag"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/migrations"
 	"github.com/bookrecon/bookrecon/processedevent"
@@ -165,14 +166,23 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if reg == nil {
 		reg = telemetry.NewRegistry()
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns)
+	var pool *pgxpool.Pool
+	err := service.UntilUp(ctx, deps.Logger, "postgresql", func() error {
+		p, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns)
+		if err != nil {
+			return err
+		}
+		if _, err := migrations.UpPool(ctx, p); err != nil {
+			p.Close()
+			return err
+		}
+		pool = p
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := migrations.UpPool(ctx, pool); err != nil {
-		return err
-	}
 	policies := map[string]attempt.Policy{}
 	for _, name := range cfg.Providers.Names() {
 		c, _ := cfg.Providers.Get(name)
@@ -205,11 +215,13 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return fmt.Errorf("ingest: kafka client: %w", err)
 	}
 	in.client = cl
-	if err := in.checkRetention(ctx); err != nil {
-		cl.Close()
-		return err
-	}
-	if err := in.maintainPartitions(ctx); err != nil {
+	err = service.UntilUp(ctx, deps.Logger, "kafka and postgresql", func() error {
+		if err := in.checkRetention(ctx); err != nil {
+			return err
+		}
+		return in.maintainPartitions(ctx)
+	}, ErrRetention)
+	if err != nil {
 		cl.Close()
 		return err
 	}
@@ -259,6 +271,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	wg.Wait()
 	return err
 }
+
+// ErrRetention: an input topic keeps records longer than processed_event keeps their dedup
+// rows (docs/retention.md); the ingester refuses to start.
+var ErrRetention = errors.New("ingest: retention too short")
 
 // relayLockKey elects the ingester's one active outbox relay.
 const relayLockKey = outbox.LockKey
@@ -789,7 +805,7 @@ func (in *Ingester) checkRetention(ctx context.Context) error {
 				return fmt.Errorf("ingest: topic %s retention.ms: %w", rc.Name, err)
 			}
 			if ms < 0 || time.Duration(ms)*time.Millisecond+in.cfg.RetentionMargin > ttl {
-				return fmt.Errorf("ingest: topic %s keeps records %s (+%s margin) but processed_event keeps %s: raise RetentionDays or lower retention.ms",
+				return fmt.Errorf("%w: topic %s keeps records %s (+%s margin) but processed_event keeps %s: raise RetentionDays or lower retention.ms", ErrRetention,
 					rc.Name, time.Duration(ms)*time.Millisecond, in.cfg.RetentionMargin, ttl)
 			}
 		}

@@ -4,9 +4,12 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,14 +34,23 @@ type Config struct {
 // until ctx ends, then stops the relay, closes the Kafka client and the pool last.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL, max(cfg.MaxDBConns, 4))
+	var pool *pgxpool.Pool
+	err := UntilUp(ctx, log, "postgresql", func() error {
+		p, err := postgres.Open(ctx, cfg.DatabaseURL, max(cfg.MaxDBConns, 4))
+		if err != nil {
+			return err
+		}
+		if _, err := migrations.UpPool(ctx, p); err != nil {
+			p.Close()
+			return err
+		}
+		pool = p
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := migrations.UpPool(ctx, pool); err != nil {
-		return err
-	}
 	cl, err := kgo.NewClient(kafka.Options(cfg.Brokers, log, reg, cfg.Name)...)
 	if err != nil {
 		return err
@@ -57,4 +69,31 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 		}
 	})
 	return loop(ctx, pool)
+}
+
+// UntilUp runs step until it succeeds, retrying with backoff while what it needs is unavailable
+// (infrastructure outages pause start-up too; they never make it give up). An error matching
+// one of fatal (a configuration error) or the end of ctx returns at once.
+func UntilUp(ctx context.Context, log *slog.Logger, what string, step func() error, fatal ...error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
+	b.Reset()
+	for {
+		err := step()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		for _, f := range fatal {
+			if errors.Is(err, f) {
+				return err
+			}
+		}
+		wait := b.NextBackOff()
+		log.Warn("waiting for "+what, "retry_in", wait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }

@@ -1,0 +1,117 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/loadgen"
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+)
+
+// TestDatabaseOutagePausesNeverDeadLetters: while the ingester works through 6,000 events, its
+// database connections are killed over and over (pg_terminate_backend). Batches pause and are
+// retried; no good event is dead-lettered, none is lost, none is applied twice, and the end
+// state is exactly the generator's.
+func TestDatabaseOutagePausesNeverDeadLetters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("outage run")
+	}
+	t.Parallel()
+	h := pipelinetest.New(t, 3)
+	gen := loadgen.Generate(loadgen.Config{Intents: 3000, Seed: 5, Start: time.Now().Add(-time.Minute), Mix: loadgen.Mix{Failure: 0.2, Redeliveries: 0.1}})
+	ctx := context.Background()
+	for i, r := range gen.Records {
+		h.Producer.Produce(ctx, &kgo.Record{Topic: h.Topics.Attempts, Key: gen.Keys[i], Value: r}, nil)
+	}
+	if err := h.Producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(h.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbName := u.Path[1:]
+	admin, err := postgres.Open(ctx, pgtest.URL(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+
+	reg := telemetry.NewRegistry()
+	cfg := h.IngestConfig()
+	cfg.MaxPollRecords = 300
+	startIngester(t, cfg, ingest.Deps{Logger: discardLogger(), Registry: reg})
+
+	killed := 0
+	for i := 0; i < 40; i++ {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = $1 AND pid <> pg_backend_pid()`, dbName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.WaitFor("every unique event applied", 3*time.Minute, func() bool {
+		return h.Scalar(`SELECT count(*) FROM processed_event`) == gen.UniqueEvents
+	})
+	h.WaitFor("outbox drained", time.Minute, h.OutboxDrained)
+	if killed == 0 {
+		t.Fatal("no connection was killed: the outage did not happen")
+	}
+	if pauses := metric(t, reg, "bookrecon_ingest_pauses_total"); pauses == 0 {
+		t.Errorf("bookrecon_ingest_pauses_total = 0 after %d killed connections; want > 0", killed)
+	}
+	for _, c := range []struct {
+		what string
+		q    string
+		want int
+	}{
+		{"dead letters", `SELECT count(*) FROM outbox WHERE topic = '` + h.Topics.AttemptsDLQ + `'`, 0},
+		{"attempts", `SELECT count(*) FROM booking_attempt`, len(gen.Expected)},
+		{"CONFIRMED", `SELECT count(*) FROM booking_attempt WHERE status = 'CONFIRMED' AND resolution_source = 'event'`, countStatus(gen, "CONFIRMED")},
+		{"FAILED", `SELECT count(*) FROM booking_attempt WHERE status = 'FAILED' AND resolution_source = 'event'`, countStatus(gen, "FAILED")},
+		{"audit rows (one per unique event)", `SELECT count(*) FROM attempt_transition`, gen.UniqueEvents},
+		{"resolutions (one per attempt)", `SELECT count(*) FROM outbox WHERE topic = '` + h.Topics.Resolutions + `'`, len(gen.Expected)},
+	} {
+		if got := h.Scalar(c.q); got != c.want {
+			t.Errorf("%s = %d, want %d", c.what, got, c.want)
+		}
+	}
+	t.Logf("%d connections killed; %v batch pauses", killed, metric(t, reg, "bookrecon_ingest_pauses_total"))
+}
+
+func countStatus(gen loadgen.Output, status string) int {
+	n := 0
+	for _, e := range gen.Expected {
+		if e.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRefusesRetentionShorterThanTopics: processed_event must outlive every redelivery; with a
+// TTL of 7 days against topics that keep records 7 days (+1 day margin) the ingester refuses to
+// start, with ErrRetention, instead of waiting.
+func TestRefusesRetentionShorterThanTopics(t *testing.T) {
+	t.Parallel()
+	h := pipelinetest.New(t, 1)
+	cfg := h.IngestConfig()
+	cfg.RetentionDays = 7
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := ingest.Run(ctx, cfg, ingest.Deps{Logger: discardLogger()})
+	if !errors.Is(err, ingest.ErrRetention) {
+		t.Fatalf("Run = %v, want ErrRetention", err)
+	}
+}
