@@ -2,7 +2,6 @@ package ingest_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -32,30 +32,7 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var failing atomic.Bool
-	failing.Store(true)
-	var failed atomic.Int64
-	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !failing.Load() {
-			return nil, nil, false
-		}
-		failed.Add(1)
-		req := r.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, tp := range req.Topics {
-			rt := kmsg.NewOffsetCommitResponseTopic()
-			rt.Topic = tp.Topic
-			for _, p := range tp.Partitions {
-				rp := kmsg.NewOffsetCommitResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
+	fault := kafkatest.InjectFault(c, kmsg.OffsetCommit, kerr.CoordinatorNotAvailable.Code)
 
 	gen := loadgen.Generate(loadgen.Config{Intents: 500, Seed: 3, Start: time.Now().Add(-time.Minute), Mix: loadgen.Mix{Failure: 0.2}})
 	ctx := context.Background()
@@ -93,13 +70,13 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 		return n
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for failed.Load() < 3 || metric(t, reg, "bookrecon_ingest_pauses_total") == 0 {
+	for fault.Failed.Load() < 3 || metric(t, reg, "bookrecon_ingest_pauses_total") == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no commit failure reached the ingester (failed commits %d)", failed.Load())
+			t.Fatalf("no commit failure reached the ingester (failed commits %d)", fault.Failed.Load())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	failing.Store(false)
+	fault.On.Store(false)
 	for count(`SELECT count(*) FROM processed_event`) != gen.UniqueEvents {
 		if time.Now().After(deadline.Add(30 * time.Second)) {
 			t.Fatalf("processed %d of %d events", count(`SELECT count(*) FROM processed_event`), gen.UniqueEvents)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -31,30 +31,7 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var failing atomic.Bool
-	failing.Store(true)
-	var failed atomic.Int64
-	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !failing.Load() {
-			return nil, nil, false
-		}
-		failed.Add(1)
-		req := r.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range req.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = tp.Topic
-			for _, p := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = kerr.NotLeaderForPartition.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
+	fault := kafkatest.InjectFault(c, kmsg.Produce, kerr.NotLeaderForPartition.Code)
 
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
@@ -90,14 +67,14 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 	if got, err := relay.RunOnce(octx, 100); err == nil || got != 0 {
 		t.Fatalf("RunOnce during the outage = %d, %v; want 0 and an error", got, err)
 	}
-	if failed.Load() == 0 {
+	if fault.Failed.Load() == 0 {
 		t.Fatal("no produce request reached the fault")
 	}
 	if backlog, _, err := outbox.Backlog(ctx, pool); err != nil || backlog != n {
 		t.Fatalf("backlog = %d, %v; want %d unpublished rows", backlog, err, n)
 	}
 
-	failing.Store(false)
+	fault.On.Store(false)
 	if got, err := relay.RunOnce(ctx, 100); err != nil || got != n {
 		t.Fatalf("RunOnce after recovery = %d, %v; want %d", got, err, n)
 	}
