@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/ingest"
@@ -296,5 +295,3 @@ func serve(ctx context.Context, addr string, h http.Handler) (string, error) {
 	}()
 	return "http://" + ln.Addr().String(), nil
 }
-
-var _ = events.TopicAttempts

@@ -3,7 +3,6 @@ package escalate_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/providers"
@@ -191,6 +189,4 @@ func TestTwoEscalatorsOneKilled(t *testing.T) {
 			t.Errorf("%s = %d, want %d", c.what, got, c.want)
 		}
 	}
-	_ = fmt.Sprint
-	_ = attempt.ReasonDeadlineExceeded
 }

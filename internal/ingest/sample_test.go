@@ -3,14 +3,12 @@ package ingest_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
@@ -180,6 +178,4 @@ func TestSampleIngesterOnly(t *testing.T) {
 			t.Errorf("%s = %v, want %d", c.name, c.got, c.want)
 		}
 	}
-	_ = testutil.ToFloat64
-	_ = fmt.Sprint
 }

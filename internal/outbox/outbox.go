@@ -9,7 +9,6 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -236,8 +235,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
-
-var _ = errors.New
 
 // LockKey is the advisory lock of the outbox relay. Every service runs a relay, but all share
 // this key, so exactly one relay publishes at a time and rows keep their id order.

@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -161,5 +160,3 @@ func (r *Reconciler) sweepStale(ctx context.Context) error {
 	}
 	return nil
 }
-
-var _ = time.Second
