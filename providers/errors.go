@@ -2,7 +2,6 @@ package providers
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -153,9 +152,4 @@ func RetryAfter(err error) (time.Duration, bool) {
 func IsTransient(err error) bool {
 	c, ok := ClassOf(err)
 	return ok && c != ClassContract
-}
-
-// errorf builds a classified error with a formatted cause.
-func errorf(provider string, class ErrorClass, status int, format string, args ...any) *Error {
-	return &Error{Provider: provider, Class: class, StatusCode: status, Err: fmt.Errorf(format, args...)}
 }

@@ -17,13 +17,6 @@ type Applied struct {
 	Attempt *Row
 }
 
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
 // ApplyEvent applies one deduplicated attempt event: it locks the intent, reads the attempt,
 // asks Decide, and writes the state change, audit row, anomaly and escalation rows and outbox
 // rows (DESIGN.md "Attempt states", "Escalations", "Storage rules"). The caller owns the

@@ -209,17 +209,17 @@ func (b *Bulk) try(ev events.Attempt, hash string) bool {
 	case v.Action == ActionCreate && ev.EventType == events.EventStarted:
 		a := b.newRow(ev, hash)
 		a.Status = StatusInProgress
-		b.add(a, "", ev, v)
+		b.add(a, ev, v)
 	case v.Action == ActionCreate && v.Status.Terminal():
 		a := b.newRow(ev, "")
 		b.settle(a, ev, f, v)
-		b.add(a, "", ev, v)
+		b.add(a, ev, v)
 	case v.Action == ActionCreate && v.Status == StatusUnknown:
 		a := b.newRow(ev, "")
 		if !b.unknown(a, ev, f) {
 			return false
 		}
-		b.add(a, "", ev, v)
+		b.add(a, ev, v)
 	case v.Action == ActionTransition && cur.Status == StatusInProgress && v.Status == StatusUnknown:
 		before := *cur
 		if !b.unknown(cur, ev, f) {
@@ -332,7 +332,7 @@ func (b *Bulk) settle(a *Row, ev events.Attempt, f Fact, v Verdict) {
 	a.terminal = true
 }
 
-func (b *Bulk) add(a *Row, _ Status, ev events.Attempt, v Verdict) {
+func (b *Bulk) add(a *Row, ev events.Attempt, v Verdict) {
 	b.inserts = append(b.inserts, a)
 	b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
 	g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)

@@ -3,8 +3,6 @@ package attempt
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Settlement is a terminal verdict reached outside an attempt event: a provider lookup or a
@@ -76,9 +74,6 @@ func causeEvent(s Settlement) string {
 	}
 	return ""
 }
-
-// Raw returns the underlying transaction, for fenced writes of the reconciler.
-func (t *Tx) Raw() pgx.Tx { return t.tx }
 
 // MarkStale turns an IN_PROGRESS attempt that outlived inProgressTimeout UNKNOWN with cause
 // stale_in_progress and timeout class `stale` (DESIGN.md "Attempt states"), audited, then

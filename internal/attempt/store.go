@@ -13,6 +13,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/outbox"
+	"github.com/bookrecon/bookrecon/providers"
 )
 
 // Reason is an escalation reason (DESIGN.md "Escalations").
@@ -46,6 +47,20 @@ func (r Reason) Outcome() bool {
 type Policy struct {
 	Lookups     []string // supported lookup kinds: provider_reference, client_reference, fingerprint
 	MaxVersions int      // safe-retry limit (default 3)
+}
+
+// PoliciesFrom derives the per-provider policies from the capability map.
+func PoliciesFrom(m *providers.Map) map[string]Policy {
+	out := map[string]Policy{}
+	for _, name := range m.Names() {
+		c, _ := m.Get(name)
+		p := Policy{MaxVersions: c.MaxVersions}
+		for _, l := range c.Lookups {
+			p.Lookups = append(p.Lookups, string(l))
+		}
+		out[name] = p
+	}
+	return out
 }
 
 // Config is the store's configuration.

@@ -80,11 +80,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, brokers []string, topics demo.
 	}
 
 	// Input event ids (unique) against processed_event and the dead letters.
-	published := map[string]string{} // tenant/eventId → hash-free marker
+	published := map[string]bool{} // tenant/eventId
 	for _, r := range in.Run.Records {
 		var v struct{ TenantID, EventID string }
 		if json.Unmarshal(r, &v) == nil {
-			published[v.TenantID+"/"+v.EventID] = ""
+			published[v.TenantID+"/"+v.EventID] = true
 		}
 	}
 	processed, err := counts(ctx, pool, `SELECT tenant_id || '/' || event_id, count(*) FROM processed_event WHERE consumer = $1 GROUP BY 1`, in.Consumer)

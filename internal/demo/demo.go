@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			cancel()
 		}
 	})
-	store := reconcile.Policies(pmap)
+	store := attempt.PoliciesFrom(pmap)
 	recReg := telemetry.NewRegistry()
 	rec, err := reconcile.New(reconcile.Config{Providers: pmap, Poll: 250 * time.Millisecond, InitialInterval: time.Second,
 		Multiplier: 2, MaxInterval: 10 * time.Second, NoJitter: true, InProgressTimeout: 60 * time.Second, FirstCheck: time.Second,

@@ -138,7 +138,7 @@ func startStack(t *testing.T) *stack {
 		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: h.DBURL, Brokers: kafkatest.Brokers(), AdminAddr: "127.0.0.1:0"},
 			escLog, s.regs["escalator"], func(ctx context.Context, pool *pgxpool.Pool) error {
 				esc, err := escalate.New(escalate.Config{Providers: h.Providers, Poll: 100 * time.Millisecond,
-					Store: attempt.Config{Policies: reconcile.Policies(h.Providers), ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}},
+					Store: attempt.Config{Policies: attempt.PoliciesFrom(h.Providers), ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}},
 					pool, escLog, s.regs["escalator"])
 				if err != nil {
 					return err

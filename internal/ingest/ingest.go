@@ -183,18 +183,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	defer pool.Close()
-	policies := map[string]attempt.Policy{}
-	for _, name := range cfg.Providers.Names() {
-		c, _ := cfg.Providers.Get(name)
-		p := attempt.Policy{MaxVersions: c.MaxVersions}
-		for _, l := range c.Lookups {
-			p.Lookups = append(p.Lookups, string(l))
-		}
-		policies[name] = p
-	}
 	in := &Ingester{
 		cfg: cfg, log: deps.Logger, pool: pool, metrics: NewMetrics(reg), deps: deps,
-		acfg:      attempt.Config{Policies: policies, FirstCheck: cfg.FirstCheck, ResolutionsTopic: cfg.Topics.Resolutions, EscalationsTopic: cfg.Topics.Escalations},
+		acfg:      attempt.Config{Policies: attempt.PoliciesFrom(cfg.Providers), FirstCheck: cfg.FirstCheck, ResolutionsTopic: cfg.Topics.Resolutions, EscalationsTopic: cfg.Topics.Escalations},
 		codes:     append(events.DefaultTransportTimeoutCodes(), cfg.TransportTimeoutCodes...),
 		attempts:  processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Attempts},
 		decs:      processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Decisions},
@@ -566,12 +557,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 			res.effects = append(res.effects, &dt.Effects)
 		default:
 			a := it.attempt
-			res.consumed[[2]string{mtopic, string(a.EventType)}]++
-			if it.rec.Key != nil && string(it.rec.Key) != a.BookingIntentID {
-				res.mismatches++
-				in.log.Warn("record key differs from bookingIntentId", "topic", it.rec.Topic, "partition", it.rec.Partition,
-					"offset", it.rec.Offset, "event_id", a.EventID)
-			}
+			in.countAttempt(it, mtopic, res)
 			if !in.dedupOutcome(outcome[i], mtopic, a.EventID, res) {
 				continue
 			}
@@ -648,12 +634,7 @@ func (in *Ingester) applyValid(ctx context.Context, tx pgx.Tx, it *item, res *ba
 		return &at.Effects, nil
 	}
 	a := it.attempt
-	res.consumed[[2]string{mtopic, string(a.EventType)}]++
-	if it.rec.Key != nil && string(it.rec.Key) != a.BookingIntentID {
-		res.mismatches++
-		in.log.Warn("record key differs from bookingIntentId", "topic", it.rec.Topic, "partition", it.rec.Partition,
-			"offset", it.rec.Offset, "event_id", a.EventID)
-	}
+	in.countAttempt(it, mtopic, res)
 	o, err := in.attempts.Insert(ctx, tx, processedevent.Event{TenantID: a.TenantID, EventID: a.EventID, OccurredAt: a.OccurredAt, Hash: it.hash})
 	if err != nil || !in.dedupOutcome(o, mtopic, a.EventID, res) {
 		return nil, err
@@ -663,6 +644,18 @@ func (in *Ingester) applyValid(ctx context.Context, tx pgx.Tx, it *item, res *ba
 		return nil, err
 	}
 	return &at.Effects, nil
+}
+
+// countAttempt counts a valid attempt record, and a Kafka key that differs from its
+// bookingIntentId (processed normally, counted and logged: DESIGN.md "Contract v1").
+func (in *Ingester) countAttempt(it *item, mtopic string, res *batchResult) {
+	a := it.attempt
+	res.consumed[[2]string{mtopic, string(a.EventType)}]++
+	if it.rec.Key != nil && string(it.rec.Key) != a.BookingIntentID {
+		res.mismatches++
+		in.log.Warn("record key differs from bookingIntentId", "topic", it.rec.Topic, "partition", it.rec.Partition,
+			"offset", it.rec.Offset, "event_id", a.EventID)
+	}
 }
 
 func (in *Ingester) dedupOutcome(o processedevent.Outcome, topic, eventID string, res *batchResult) bool {

@@ -143,13 +143,12 @@ const (
 )
 
 type chaosAttempt struct {
-	spec    attemptSpec
-	truth   truthKind
-	ref     string // the provider's reference when it holds a record
-	byRef   bool   // the outcome carried the provider reference
-	class   string
-	lookup  providers.LookupKind
-	setupAt time.Time
+	spec   attemptSpec
+	truth  truthKind
+	ref    string // the provider's reference when it holds a record
+	byRef  bool   // the outcome carried the provider reference
+	class  string
+	lookup providers.LookupKind
 }
 
 // TestChaosProviderFaultsNeverMisSettle: 300 UNKNOWN attempts at sim-hotels, sim-pay

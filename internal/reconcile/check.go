@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -58,16 +57,15 @@ type LookupAudit struct {
 
 // verdict is what a lookup concluded.
 type verdict struct {
-	settle        *attempt.Settlement
-	escalate      attempt.Reason // ambiguous_match or contradiction
-	retryAfter    time.Duration
-	result        providers.Result
-	audit         LookupAudit
-	authNotFound  bool // a conclusive not-found
-	recordStatus  providers.RecordStatus
-	recordRef     string
-	noCapability  bool
-	atMaxInterval bool
+	settle       *attempt.Settlement
+	escalate     attempt.Reason // ambiguous_match or contradiction
+	retryAfter   time.Duration
+	result       providers.Result
+	audit        LookupAudit
+	authNotFound bool // a conclusive not-found
+	recordStatus providers.RecordStatus
+	recordRef    string
+	noCapability bool
 }
 
 func (r *Reconciler) check(ctx context.Context, c Claimed) error {
@@ -318,5 +316,3 @@ func (r *Reconciler) late(ctx context.Context, at *attempt.Tx, a *attempt.Row, v
 	}
 	return at.Escalate(ctx, a, attempt.ReasonContradiction, "late lookup disagrees")
 }
-
-var errNoRow = errors.New("reconcile: attempt vanished")

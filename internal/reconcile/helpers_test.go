@@ -72,7 +72,7 @@ func demoConfig(m *providers.Map) reconcile.Config {
 }
 
 func storeConfig(m *providers.Map) *attempt.Config {
-	return &attempt.Config{Policies: reconcile.Policies(m), FirstCheck: time.Second}
+	return &attempt.Config{Policies: attempt.PoliciesFrom(m), FirstCheck: time.Second}
 }
 
 func parseMap(t testing.TB, yaml string) *providers.Map {

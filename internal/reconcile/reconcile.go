@@ -80,24 +80,10 @@ func (c Config) withDefaults() Config {
 	c.InProgressTimeout = cmp.Or(c.InProgressTimeout, 15*time.Minute)
 	c.FirstCheck = cmp.Or(c.FirstCheck, time.Second)
 	if c.Store.Policies == nil && c.Providers != nil {
-		c.Store.Policies = Policies(c.Providers)
+		c.Store.Policies = attempt.PoliciesFrom(c.Providers)
 	}
 	c.Store.FirstCheck = c.FirstCheck
 	return c
-}
-
-// Policies derives the attempt store's per-provider policies from the capability map.
-func Policies(m *providers.Map) map[string]attempt.Policy {
-	out := map[string]attempt.Policy{}
-	for _, name := range m.Names() {
-		c, _ := m.Get(name)
-		p := attempt.Policy{MaxVersions: c.MaxVersions}
-		for _, l := range c.Lookups {
-			p.Lookups = append(p.Lookups, string(l))
-		}
-		out[name] = p
-	}
-	return out
 }
 
 // Clock is the reconciler's time source; tests inject one.

@@ -59,7 +59,7 @@ func TestReconcileSettlesByClientReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scfg := &attempt.Config{Policies: reconcile.Policies(m)}
+	scfg := &attempt.Config{Policies: attempt.PoliciesFrom(m)}
 	for _, j := range []string{
 		fmt.Sprintf(`{"specVersion":1,"eventId":"e1","eventType":"attempt.started","occurredAt":%q,"tenantId":"t","bookingIntentId":"bi_1","operation":"BOOK","operationVersion":1,"idempotencyKey":"book:bi_1:v1","provider":"sim-hotels","request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1.00","currency":"EUR"}},"recovery":{"clientReference":"cr_1"}}`, now.Format(time.RFC3339Nano)),
 		fmt.Sprintf(`{"specVersion":1,"eventId":"e2","eventType":"attempt.outcome_unknown","occurredAt":%q,"tenantId":"t","bookingIntentId":"bi_1","operation":"BOOK","operationVersion":1,"idempotencyKey":"book:bi_1:v1","provider":"sim-hotels","outcome":{"timeoutClass":"read_timeout"}}`, now.Format(time.RFC3339Nano)),
