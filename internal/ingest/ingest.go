@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
@@ -296,39 +297,78 @@ func (in *Ingester) consume(ctx context.Context) error {
 	}
 }
 
+// commitTimeout bounds one offset-commit try. franz-go alone retries a commit against an
+// unavailable coordinator for up to 30 s; a shorter bound makes the outage visible (pause
+// counter, /readyz) within seconds, and the retry continues under handle's backoff.
+const commitTimeout = 5 * time.Second
+
 // handle applies a batch and commits its offsets, retrying with backoff while PostgreSQL or
-// Kafka is unavailable. It returns only when ctx ends.
+// Kafka is unavailable. Once the database work has committed only the offset commit is retried:
+// the batch is never applied twice. It returns only when ctx ends.
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
-	b.Reset()
+	b := pauseBackoff()
 	for {
 		err := in.applyBatch(ctx, recs)
 		if err == nil {
-			if in.deps.AfterDBCommit != nil {
-				in.deps.AfterDBCommit()
-			}
-			err = in.client.CommitRecords(ctx, recs...)
-			if err == nil {
-				in.paused.Store(nil)
-				return nil
-			}
-			// The DB work is committed; redelivery after a failed offset commit is deduplicated.
-			err = fmt.Errorf("ingest: commit offsets: %w", err)
+			break
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err := in.pause(ctx, b, len(recs), err); err != nil {
+			return err
 		}
-		in.metrics.Paused.Inc()
-		why := err.Error()
-		in.paused.Store(&why)
-		wait := b.NextBackOff()
-		in.log.Warn("batch paused; retrying", "records", len(recs), "retry_in", wait.String(), "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+	}
+	if in.deps.AfterDBCommit != nil {
+		in.deps.AfterDBCommit()
+	}
+	b.Reset()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+		err := in.client.CommitRecords(cctx, recs...)
+		cancel()
+		var ke *kerr.Error
+		switch {
+		case err == nil:
+			in.paused.Store(nil)
+			return nil
+		case errors.As(err, &ke) && !ke.Retriable:
+			// The group moved on (a rebalance, a fenced or expired member): retrying would wait on
+			// a rejoin that BlockRebalanceOnPoll holds back. The database work stands; whoever
+			// owns the partitions next re-reads from the last committed offset and
+			// processed_event absorbs the replays.
+			in.paused.Store(nil)
+			in.log.Warn("offset commit refused by the group; replays will be deduplicated", "records", len(recs), "err", err)
+			return nil
 		}
+		// The DB work is committed; only the offsets are retried.
+		if err := in.pause(ctx, b, len(recs), fmt.Errorf("ingest: commit offsets: %w", err)); err != nil {
+			return err
+		}
+	}
+}
+
+// pauseBackoff is the retry schedule of a paused batch: 100 ms doubling to 5 s, forever.
+func pauseBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	b.Reset()
+	return b
+}
+
+// pause records why the batch in hand failed (metric, /readyz, log) and waits for the next try.
+// It returns ctx's error when ctx ends first.
+func (in *Ingester) pause(ctx context.Context, b backoff.BackOff, records int, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	in.metrics.Paused.Inc()
+	why := err.Error()
+	in.paused.Store(&why)
+	wait := b.NextBackOff()
+	in.log.Warn("batch paused; retrying", "records", records, "retry_in", wait.String(), "err", err)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
 	}
 }
 
