@@ -130,6 +130,25 @@ func (a Attempt) Hash() (string, error) {
 	return RequestHash(a.Operation, a.Request)
 }
 
+// Digests are the two values a start event's request is compared by: its request hash
+// (DESIGN.md "Request hash": 64 lowercase hex) and its fingerprint (the traveller and itinerary
+// without amount or offer version, for blind-retry detection: "Safe retry gate and blind
+// retries"; "" for operations without one). An outcome event has neither.
+type Digests struct {
+	RequestHash string
+	Fingerprint string
+}
+
+// Digests returns a's Digests, computed once so callers can do it where decoding runs in
+// parallel. The error is RequestHash's.
+func (a Attempt) Digests() (Digests, error) {
+	h, err := a.Hash()
+	if err != nil || h == "" {
+		return Digests{}, err
+	}
+	return Digests{RequestHash: h, Fingerprint: Fingerprint(a.Operation, a.Request)}, nil
+}
+
 // Decision values of a manual decision.
 const (
 	DecisionConfirmed = "CONFIRMED"

@@ -63,10 +63,10 @@ func groupKey(tenant, intent string, op events.Operation, subject string) string
 }
 
 // NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts and kept
-// decisions in three statements, and plans which intents go the bulk way. requestHashes[i] is
-// evs[i].Hash() (computed by the caller, which decodes in parallel). Intents in
+// decisions in three statements, and plans which intents go the bulk way. digests[i] is
+// evs[i].Digests() (computed by the caller, which decodes in parallel). Intents in
 // perEvent (e.g. those with a manual decision in the same batch) always take the per-event path.
-func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, requestHashes []string, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
+func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, digests []events.Digests, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
 	b, err := t.loadBulk(ctx, evs, transportCodes)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, requestHashes []
 		scratch.dirty[k] = true
 	}
 	for i, ev := range evs {
-		scratch.Try(ev, requestHashes[i])
+		scratch.Try(ev, digests[i])
 	}
 	b.dirty = scratch.dirty
 	return b, nil
@@ -169,19 +169,19 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 
 // Try applies ev in memory when its intent takes the bulk way and reports whether it did; when
 // it did not, the caller applies ev with ApplyEvent before the next Try.
-func (b *Bulk) Try(ev events.Attempt, requestHash string) bool {
+func (b *Bulk) Try(ev events.Attempt, d events.Digests) bool {
 	ik := [2]string{ev.TenantID, ev.BookingIntentID}
 	if b.dirty[ik] {
 		return false
 	}
-	if ok := b.try(ev, requestHash); !ok {
+	if ok := b.try(ev, d); !ok {
 		b.dirty[ik] = true
 		return false
 	}
 	return true
 }
 
-func (b *Bulk) try(ev events.Attempt, hash string) bool {
+func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	key := [2]string{ev.TenantID, ev.IdempotencyKey}
 	if ev.OperationVersion != 1 || b.pending[key] {
 		return false
@@ -201,21 +201,21 @@ func (b *Bulk) try(ev events.Attempt, hash string) bool {
 			RequestHash: cur.RequestHash, ProviderReference: cur.ProviderReference}
 	}
 	f := FactOf(ev, b.codes)
-	if ev.EventType == events.EventStarted && hash == "" {
+	if ev.EventType == events.EventStarted && d.RequestHash == "" {
 		return false
 	}
-	v := Decide(c, ev, f, hash)
+	v := Decide(c, ev, f, d.RequestHash)
 	switch {
 	case v.Action == ActionCreate && ev.EventType == events.EventStarted:
-		a := b.newRow(ev, hash)
+		a := b.newRow(ev, d)
 		a.Status = StatusInProgress
 		b.add(a, ev, v)
 	case v.Action == ActionCreate && v.Status.Terminal():
-		a := b.newRow(ev, "")
+		a := b.newRow(ev, events.Digests{})
 		b.settle(a, ev, f, v)
 		b.add(a, ev, v)
 	case v.Action == ActionCreate && v.Status == StatusUnknown:
-		a := b.newRow(ev, "")
+		a := b.newRow(ev, events.Digests{})
 		if !b.unknown(a, ev, f) {
 			return false
 		}
@@ -258,15 +258,15 @@ func (b *Bulk) isInsert(a *Row) bool {
 	return false
 }
 
-func (b *Bulk) newRow(ev events.Attempt, hash string) *Row {
+func (b *Bulk) newRow(ev events.Attempt, d events.Digests) *Row {
 	a := &Row{ID: uuid.Must(uuid.NewV7()), TenantID: ev.TenantID, BookingIntentID: ev.BookingIntentID,
 		Operation: ev.Operation, Subject: ev.KeySubject, Version: ev.OperationVersion, IdempotencyKey: ev.IdempotencyKey,
-		Provider: ev.Provider, RequestHash: hash, ClientReference: ev.Recovery.ClientReference,
+		Provider: ev.Provider, RequestHash: d.RequestHash, ClientReference: ev.Recovery.ClientReference,
 		FirstEventAt: ev.OccurredAt, WindowStart: later(ev.OccurredAt, b.now), CreatedAt: b.now}
-	if hash != "" {
+	if d.RequestHash != "" {
 		t := ev.OccurredAt
 		a.StartedAt = &t
-		a.Fingerprint = events.Fingerprint(ev.Operation, ev.Request)
+		a.Fingerprint = d.Fingerprint
 		a.request = ev.Request
 	}
 	a.recovery = ev.Recovery

@@ -81,7 +81,8 @@ type Config struct {
 	// MaxDBConns bounds the pool (default 8).
 	MaxDBConns int32
 	// PerEventOnly disables the set-based fast path: every record is applied on its own under
-	// a savepoint (the baseline of `make bench`, and a switch if the fast path misbehaves).
+	// a savepoint (the one-transaction-per-event baseline of `make bench` uses it, and it is a
+	// switch if the fast path misbehaves).
 	PerEventOnly bool
 }
 
@@ -184,14 +185,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	defer pool.Close()
-	in := &Ingester{
-		cfg: cfg, log: deps.Logger, pool: pool, metrics: NewMetrics(reg), deps: deps,
-		acfg:      attempt.Config{Policies: attempt.PoliciesFrom(cfg.Providers), FirstCheck: cfg.FirstCheck, ResolutionsTopic: cfg.Topics.Resolutions, EscalationsTopic: cfg.Topics.Escalations},
-		codes:     append(events.DefaultTransportTimeoutCodes(), cfg.TransportTimeoutCodes...),
-		attempts:  processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Attempts},
-		decs:      processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Decisions},
-		knownDays: map[time.Time]bool{},
-	}
+	in := newIngester(cfg, deps, pool, reg)
 	opts := append(kafka.Options(cfg.Brokers, deps.Logger, reg, "ingester"),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics.Attempts, cfg.Topics.Decisions),
@@ -263,6 +257,52 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	wg.Wait()
 	return err
 }
+
+// newIngester builds the database side of an ingester; Run adds the Kafka client.
+func newIngester(cfg Config, deps Deps, pool *pgxpool.Pool, reg *prometheus.Registry) *Ingester {
+	return &Ingester{
+		cfg: cfg, log: deps.Logger, pool: pool, metrics: NewMetrics(reg), deps: deps,
+		acfg:      attempt.Config{Policies: attempt.PoliciesFrom(cfg.Providers), FirstCheck: cfg.FirstCheck, ResolutionsTopic: cfg.Topics.Resolutions, EscalationsTopic: cfg.Topics.Escalations},
+		codes:     append(events.DefaultTransportTimeoutCodes(), cfg.TransportTimeoutCodes...),
+		attempts:  processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Attempts},
+		decs:      processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Decisions},
+		knownDays: map[time.Time]bool{},
+	}
+}
+
+// Applier applies batches of records to PostgreSQL exactly as the ingester applies one poll —
+// decode and validation (Decode), then insert-first dedup, state changes, audit, anomalies,
+// outbox rows and dead letters in one transaction (Apply) — without Kafka: no consumer group,
+// no offset commit, no relay. `make bench` measures the PostgreSQL ceiling of the ingester's
+// work with it (docs/performance.md).
+type Applier struct{ in *Ingester }
+
+// Batch is a decoded batch of records, ready for Applier.Apply.
+type Batch struct{ items []item }
+
+// NewApplier returns an Applier on pool. cfg's Brokers, DatabaseURL and AdminAddr are not used;
+// Providers is required. Metrics go to deps.Registry (a fresh registry when nil).
+func NewApplier(cfg Config, pool *pgxpool.Pool, deps Deps) (*Applier, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Providers == nil {
+		return nil, errors.New("ingest: Providers (capability map) is required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if deps.Registry == nil {
+		deps.Registry = telemetry.NewRegistry()
+	}
+	return &Applier{in: newIngester(cfg, deps, pool, deps.Registry)}, nil
+}
+
+// Decode decodes and validates recs (records of cfg.Topics' input topics, in partition order)
+// on every core, as the ingester does after each poll.
+func (a *Applier) Decode(recs []*kgo.Record) Batch { return Batch{items: a.in.decodeAll(recs)} }
+
+// Apply applies b in one transaction. An error is an infrastructure failure: nothing of the
+// batch was kept, and the caller may apply it again (every record is deduplicated by eventId).
+func (a *Applier) Apply(ctx context.Context, b Batch) error { return a.in.applyItems(ctx, b.items) }
 
 // ErrRetention: an input topic keeps records longer than processed_event keeps their dedup
 // rows (docs/retention.md); the ingester refuses to start.
@@ -378,9 +418,9 @@ type item struct {
 	attempt  *events.Attempt
 	decision *events.Decision
 	hash     string // CanonicalHash of the record
-	// requestHash is the attempt's request hash ("" unless a start).
-	requestHash string
-	invalid     *events.InvalidError
+	// digests are the attempt's request hash and fingerprint (empty unless a start).
+	digests events.Digests
+	invalid *events.InvalidError
 }
 
 func (in *Ingester) decode(r *kgo.Record, opt events.DecodeOptions) item {
@@ -398,8 +438,8 @@ func (in *Ingester) decode(r *kgo.Record, opt events.DecodeOptions) item {
 		a, it.hash, err = events.DecodeAttemptHashed(r.Value, opt)
 		if err == nil {
 			it.attempt = &a
-			// The request hash too, here where decoding runs in parallel; the bulk path uses it.
-			if it.requestHash, err = a.Hash(); err != nil {
+			// The request digests too, here where decoding runs in parallel; the bulk path uses them.
+			if it.digests, err = a.Digests(); err != nil {
 				it.attempt = nil
 			}
 		}
@@ -446,7 +486,11 @@ type batchResult struct {
 }
 
 func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
-	items := in.decodeAll(recs)
+	return in.applyItems(ctx, in.decodeAll(recs))
+}
+
+// applyItems is applyBatch after decoding.
+func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 	days := map[time.Time]bool{}
 	for i := range items {
 		if a := items[i].attempt; a != nil {
@@ -551,7 +595,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 	}
 	var applied []events.Attempt
-	var appliedHashes []string
+	var appliedDigests []events.Digests
 	var perEvent [][2]string
 	for i := range items {
 		if outcome[i] != processedevent.Applied {
@@ -559,14 +603,14 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 		if a := items[i].attempt; a != nil {
 			applied = append(applied, *a)
-			appliedHashes = append(appliedHashes, items[i].requestHash)
+			appliedDigests = append(appliedDigests, items[i].digests)
 		}
 		if d := items[i].decision; d != nil {
 			perEvent = append(perEvent, [2]string{d.TenantID, d.BookingIntentID})
 		}
 	}
 	at := attempt.NewTx(tx, &in.acfg)
-	bulk, err := at.NewBulk(ctx, applied, appliedHashes, in.codes, perEvent)
+	bulk, err := at.NewBulk(ctx, applied, appliedDigests, in.codes, perEvent)
 	if err != nil {
 		return err
 	}
@@ -602,7 +646,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 				continue
 			}
 			if !bulk.PerEvent(*a) {
-				if !bulk.Try(*a, it.requestHash) {
+				if !bulk.Try(*a, it.digests) {
 					return attempt.ErrPlanDiverged
 				}
 				continue

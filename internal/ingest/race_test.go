@@ -124,11 +124,11 @@ func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) 
 			return dedup[0], nil
 		}
 		at := attempt.NewTx(tx, &e.cfg)
-		rh, err := ev.Hash()
+		rh, err := ev.Digests()
 		if err != nil {
 			return 0, err
 		}
-		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, []string{rh}, codes, nil)
+		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, []events.Digests{rh}, codes, nil)
 		if err != nil {
 			return 0, err
 		}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -58,6 +59,10 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready Rea
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// Go's profiler, for the admin network only (like /metrics): CPU and heap profiles of a
+	// running service without a restart.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
