@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,8 +11,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/gowebpki/jcs"
 )
 
 var (
@@ -229,8 +228,9 @@ func keyError(desc string) *InvalidError {
 // case when decoding into structs).
 type object map[string]json.RawMessage
 
-// parseRecord runs steps 1 and 2. jcs rejects duplicate keys at any depth, bad syntax, trailing
-// data, lone surrogates and numbers beyond float64; encoding/json then insists on an object.
+// parseRecord runs steps 1 and 2. Canonicalisation rejects duplicate keys at any depth, bad
+// syntax, trailing data, lone surrogates and numbers beyond float64; encoding/json then insists
+// on an object.
 func parseRecord(raw []byte) (object, []byte, error) {
 	if len(raw) > MaxRecordBytes {
 		return nil, nil, invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
@@ -238,8 +238,8 @@ func parseRecord(raw []byte) (object, []byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not UTF-8")
 	}
-	// jcs's error text may quote the record, so it is dropped.
-	canonical, err := jcs.Transform(raw)
+	// The canonicaliser's error text may quote the record, so it is dropped.
+	canonical, err := canonicalize(raw)
 	if err != nil {
 		return nil, nil, invalid(ReasonInvalidJSON, "",
 			"record is not I-JSON (syntax, duplicate key, lone surrogate or number range)")
@@ -332,12 +332,26 @@ func (v *validator) rawString(o object, path, name string, required bool) (strin
 	if raw == nil {
 		return "", false
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+	s, ok := stringValue(raw)
+	if !ok {
 		v.bad(p, "must be a string")
 		return "", false
 	}
 	return s, true
+}
+
+// stringValue returns the value of raw when it is a JSON string. raw is a member of a record
+// parseRecord accepted, so it is one valid JSON value: a string without escapes is its bytes
+// between the quotes; one with escapes is unquoted by encoding/json.
+func stringValue(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	return s, json.Unmarshal(raw, &s) == nil
 }
 
 // str returns a string member; "" when absent. A required one must be non-empty.

@@ -1,15 +1,18 @@
 package events
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"math/big"
 	"regexp"
+	"strconv"
 	"strings"
 
-	"github.com/gowebpki/jcs"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/shopspring/decimal"
 )
 
@@ -189,7 +192,7 @@ func Fingerprint(op Operation, r *Request) string {
 // hash alike. Every record DecodeAttempt or DecodeDecision accepts has one; the error (not an
 // *InvalidError; it never quotes the record) is for input that is not I-JSON.
 func CanonicalHash(raw []byte) (string, error) {
-	b, err := jcs.Transform(raw)
+	b, err := canonicalize(raw)
 	if err != nil {
 		return "", errors.New("events: canonical hash: record is not I-JSON")
 	}
@@ -202,7 +205,54 @@ func canonicalJSON(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jcs.Transform(b)
+	c := jsontext.Value(b)
+	if err := c.Canonicalize(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// canonicalize returns the RFC 8785 canonical form of the JSON text raw, in a new slice (raw is
+// left as it is). It fails on anything that is not I-JSON (RFC 7493): bad syntax, trailing data,
+// duplicate member names at any depth, invalid UTF-8 or lone surrogates, numbers beyond float64.
+// The implementation is jsontext's (the Go team's encoding/json/v2 text layer, as a module);
+// the tests cross-check it against github.com/gowebpki/jcs, of the RFC's reference lineage.
+func canonicalize(raw []byte) ([]byte, error) {
+	c := jsontext.Value(bytes.Clone(raw))
+	if err := c.Canonicalize(); err != nil {
+		return nil, err
+	}
+	// jsontext clamps a number beyond float64 to ±MaxFloat64 where I-JSON rejects it; only
+	// then does the canonical form hold e+308, and only then is every number looked at.
+	if bytes.Contains(c, []byte("e+308")) {
+		if err := finiteNumbers(raw); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// errNumberRange: a JSON number beyond the IEEE 754 double range (RFC 7493 §2.2).
+var errNumberRange = errors.New("events: number beyond the IEEE 754 double range")
+
+// finiteNumbers reports errNumberRange when a number of the valid JSON text raw overflows
+// float64.
+func finiteNumbers(raw []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.ReadToken()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if tok.Kind() == '0' {
+			if _, err := strconv.ParseFloat(tok.String(), 64); err != nil {
+				return errNumberRange
+			}
+		}
+	}
 }
 
 func sha256Hex(b []byte) string {

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -81,7 +82,12 @@ func run(ctx context.Context, d deps) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(d.stderr, nil))
+	lv, _ := d.lookupEnv("BOOKRECON_LOG_LEVEL")
+	level, lerr := telemetry.ParseLevel(lv)
+	log := telemetry.NewLogger(d.stderr, "provider-sim", level)
+	if lerr != nil {
+		log.Warn("BOOKRECON_LOG_LEVEL ignored; logging at info", "err", lerr)
+	}
 
 	m, err := providers.LoadMap(cfg.providers)
 	if err != nil {

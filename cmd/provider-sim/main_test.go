@@ -161,11 +161,15 @@ func TestRunServesTheRebasedSample(t *testing.T) {
 	var msgs []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var rec struct {
-			Msg   string `json:"msg"`
-			Shift string `json:"shift"`
+			Msg     string `json:"msg"`
+			Shift   string `json:"shift"`
+			Service string `json:"service"`
 		}
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec.Service != "provider-sim" {
+			t.Errorf("log line %q: service = %q, want provider-sim", line, rec.Service)
 		}
 		msgs = append(msgs, rec.Msg)
 		if rec.Msg == "listening" && rec.Shift != start.Sub(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)).String() {

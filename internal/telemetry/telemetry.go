@@ -21,9 +21,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Logger returns a JSON slog logger on stderr with the service name on every line.
+// Logger returns a JSON slog logger on stderr with the service name on every line, at the level
+// BOOKRECON_LOG_LEVEL names (see ParseLevel). An unreadable level is reported on the first line
+// and info is used.
 func Logger(service string) *slog.Logger {
-	return NewLogger(os.Stderr, service, slog.LevelInfo)
+	level, err := ParseLevel(os.Getenv("BOOKRECON_LOG_LEVEL"))
+	log := NewLogger(os.Stderr, service, level)
+	if err != nil {
+		log.Warn("BOOKRECON_LOG_LEVEL ignored; logging at info", "err", err)
+	}
+	return log
+}
+
+// ParseLevel reads a log level as slog.Level's UnmarshalText does (debug, info, warn, error,
+// any case, with an optional offset such as warn+2); "" is slog.LevelInfo. On error the level
+// is slog.LevelInfo.
+func ParseLevel(v string) (slog.Level, error) {
+	var l slog.Level
+	if v == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(v)); err != nil {
+		return slog.LevelInfo, err
+	}
+	return l, nil
 }
 
 // NewLogger returns a JSON slog logger writing to w at level, with the service name on every

@@ -81,6 +81,26 @@ func (s *syncBuffer) String() string {
 
 // TestLogStream checks the one log format: JSON lines with time, level, msg and service, errors
 // under err, and franz-go's lines in the same stream through kslog with component=franz-go.
+func TestParseLevel(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		want    slog.Level
+		wantErr bool
+	}{
+		{"", slog.LevelInfo, false},
+		{"debug", slog.LevelDebug, false},
+		{"WARN", slog.LevelWarn, false},
+		{"error", slog.LevelError, false},
+		{"warn+2", slog.LevelWarn + 2, false},
+		{"loud", slog.LevelInfo, true},
+	} {
+		got, err := telemetry.ParseLevel(c.in)
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("ParseLevel(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.wantErr)
+		}
+	}
+}
+
 func TestLogStream(t *testing.T) {
 	var buf syncBuffer
 	log := telemetry.NewLogger(&buf, "ingester", slog.LevelDebug)
