@@ -15,9 +15,9 @@
 //   - CanonicalHash: the digest of a whole record kept by processed_event (DESIGN.md "Storage
 //     rules").
 //
-// Canonical JSON is RFC 8785 via jsontext (github.com/go-json-experiment/json, the module form of
-// encoding/json/v2), cross-checked in tests against github.com/gowebpki/jcs; money is parsed exactly with
-// github.com/shopspring/decimal, never through float64.
+// Canonical JSON is RFC 8785 via jsontext (github.com/go-json-experiment/json, the module form
+// of encoding/json/v2), cross-checked in tests against github.com/gowebpki/jcs; money is parsed
+// exactly with github.com/shopspring/decimal, never through float64.
 //
 // The package knows nothing about Kafka, PostgreSQL or the clock: callers pass what validation
 // needs from outside (the provider capability map, the oldest kept processed_event day) through

@@ -222,8 +222,9 @@ func canonicalize(raw []byte) ([]byte, error) {
 	if err := c.Canonicalize(); err != nil {
 		return nil, err
 	}
-	// jsontext clamps a number beyond float64 to ±MaxFloat64 where I-JSON rejects it; only
-	// then does the canonical form hold e+308, and only then is every number looked at.
+	// jsontext clamps a number beyond float64 to ±MaxFloat64 where I-JSON rejects it. A clamped
+	// number reads 1.7976931348623157e+308, so e+308 in the canonical form (rare: a number that
+	// large, or a string holding those characters) is when every number is looked at.
 	if bytes.Contains(c, []byte("e+308")) {
 		if err := finiteNumbers(raw); err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/demo"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
@@ -62,7 +64,7 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Println("publishing samples/attempts.jsonl rebased to now (about 82s); the report comes at 125s")
 	res, err := demo.Run(ctx, demo.Options{
 		Brokers: g.KafkaBrokers, DatabaseURL: dbURL, SamplesDir: dir, Out: os.Stdout, Live: live,
-		Logger: slog.New(slog.NewJSONHandler(logf, nil)),
+		Logger: demoLogger(logf),
 	})
 	if err != nil {
 		return err
@@ -103,4 +105,11 @@ func recreateDB(ctx context.Context, adminURL, name string) (string, error) {
 	}
 	u.Path = "/" + name
 	return u.String(), nil
+}
+
+// demoLogger is the demo's log file logger: JSON lines at the level BOOKRECON_LOG_LEVEL names
+// (info when unset or unreadable); demo.Run adds each service's name.
+func demoLogger(w io.Writer) *slog.Logger {
+	level, _ := telemetry.ParseLevel(os.Getenv("BOOKRECON_LOG_LEVEL"))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }

@@ -44,8 +44,8 @@ func ingestEnvInt(name string, def int) int {
 //   - the ceiling: the PostgreSQL side of the same work, without Kafka — the ingester's own
 //     batch apply (ingest.Applier: insert-first, state, audit, anomalies, outbox), 4,000 records
 //     per transaction as the ingester polls them, decoded beforehand and not timed;
-//   - the baseline: the same work, one transaction per event (the per-event path, on the first
-//     BOOKRECON_BENCH_BASELINE_EVENTS records, default 5,000);
+//   - the baseline: the same work, one transaction per event (the same code with one-record
+//     batches, on the first BOOKRECON_BENCH_BASELINE_EVENTS records, default 5,000);
 //   - for reference, the bare minimum any ingester must write — insert-first dedup + attempt
 //     state upsert, nothing else — batched 1,000 per transaction and one per transaction.
 //
@@ -69,8 +69,8 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	ctx := context.Background()
 	for range b.N {
-		ceiling := ingestApplier(b, ctx, gen, len(gen.Records), 4000, false)
-		baseline := ingestApplier(b, ctx, gen, min(baseN, len(gen.Records)), 1, true)
+		ceiling := ingestApplier(b, ctx, gen, len(gen.Records), 4000)
+		baseline := ingestApplier(b, ctx, gen, min(baseN, len(gen.Records)), 1)
 		bareCeiling := ingestBareCeiling(b, ctx, decoded, hashes)
 		bareBaseline := ingestBareBaseline(b, ctx, decoded[:min(baseN, len(decoded))], hashes)
 		e2e, rss, startup := ingestEndToEnd(b, ctx, gen)
@@ -95,7 +95,7 @@ func BenchmarkIngest(b *testing.B) {
 // in batches of size, in publish order (so each intent's events stay in order, as a partition
 // keeps them), and returns unique events applied per second. Records are decoded beforehand and
 // not timed: this is the PostgreSQL side of the ingester's work.
-func ingestApplier(b *testing.B, ctx context.Context, gen loadgen.Output, n, size int, perEvent bool) float64 {
+func ingestApplier(b *testing.B, ctx context.Context, gen loadgen.Output, n, size int) float64 {
 	pool := benchPool(b)
 	mp, err := samples.Path("providers.yaml")
 	if err != nil {
@@ -105,7 +105,7 @@ func ingestApplier(b *testing.B, ctx context.Context, gen loadgen.Output, n, siz
 	if err != nil {
 		b.Fatal(err)
 	}
-	ap, err := ingest.NewApplier(ingest.Config{Providers: m, PerEventOnly: perEvent}, pool,
+	ap, err := ingest.NewApplier(ingest.Config{Providers: m}, pool,
 		ingest.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)

@@ -81,8 +81,7 @@ type Config struct {
 	// MaxDBConns bounds the pool (default 8).
 	MaxDBConns int32
 	// PerEventOnly disables the set-based fast path: every record is applied on its own under
-	// a savepoint (the one-transaction-per-event baseline of `make bench` uses it, and it is a
-	// switch if the fast path misbehaves).
+	// a savepoint (a switch if the fast path misbehaves).
 	PerEventOnly bool
 }
 
@@ -270,18 +269,20 @@ func newIngester(cfg Config, deps Deps, pool *pgxpool.Pool, reg *prometheus.Regi
 	}
 }
 
-// Applier applies batches of records to PostgreSQL exactly as the ingester applies one poll —
+// Applier applies batches of records to PostgreSQL with the ingester's own code for one poll —
 // decode and validation (Decode), then insert-first dedup, state changes, audit, anomalies,
 // outbox rows and dead letters in one transaction (Apply) — without Kafka: no consumer group,
-// no offset commit, no relay. `make bench` measures the PostgreSQL ceiling of the ingester's
-// work with it (docs/performance.md).
+// no offset commit, no relay, no partition maintenance, so no stale_event bound either (Run sets
+// it from the oldest kept processed_event day). `make bench` measures the PostgreSQL ceiling of
+// the ingester's work with it (docs/performance.md).
 type Applier struct{ in *Ingester }
 
 // Batch is a decoded batch of records, ready for Applier.Apply.
 type Batch struct{ items []item }
 
-// NewApplier returns an Applier on pool. cfg's Brokers, DatabaseURL and AdminAddr are not used;
-// Providers is required. Metrics go to deps.Registry (a fresh registry when nil).
+// NewApplier returns an Applier on pool. Of cfg it reads Providers (required), Group, Topics,
+// TransportTimeoutCodes, FirstCheck and PerEventOnly. Metrics are registered on deps.Registry (a
+// fresh registry when nil; registering twice on one registry panics).
 func NewApplier(cfg Config, pool *pgxpool.Pool, deps Deps) (*Applier, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Providers == nil {
@@ -300,8 +301,9 @@ func NewApplier(cfg Config, pool *pgxpool.Pool, deps Deps) (*Applier, error) {
 // on every core, as the ingester does after each poll.
 func (a *Applier) Decode(recs []*kgo.Record) Batch { return Batch{items: a.in.decodeAll(recs)} }
 
-// Apply applies b in one transaction. An error is an infrastructure failure: nothing of the
-// batch was kept, and the caller may apply it again (every record is deduplicated by eventId).
+// Apply applies b in one transaction. On error the caller may apply b again: every record is
+// deduplicated by eventId, so a transaction that did commit (an ambiguous COMMIT failure) is not
+// applied twice.
 func (a *Applier) Apply(ctx context.Context, b Batch) error { return a.in.applyItems(ctx, b.items) }
 
 // ErrRetention: an input topic keeps records longer than processed_event keeps their dedup
@@ -343,8 +345,10 @@ func (in *Ingester) consume(ctx context.Context) error {
 const commitTimeout = 5 * time.Second
 
 // handle applies a batch and commits its offsets, retrying with backoff while PostgreSQL or
-// Kafka is unavailable. Once the database work has committed only the offset commit is retried:
-// the batch is never applied twice. It returns only when ctx ends.
+// Kafka is unavailable. Once the database work has committed only the offset commit is retried,
+// so the batch's transaction is not run again (a batch rerun after an ambiguous COMMIT failure
+// is deduplicated record by record). It returns nil once the offsets are committed or the group
+// has moved on (groupMovedOn), and ctx's error when ctx ends first.
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 	b := pauseBackoff()
 	for {
@@ -364,16 +368,14 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 		err := in.client.CommitRecords(cctx, recs...)
 		cancel()
-		var ke *kerr.Error
 		switch {
 		case err == nil:
 			in.paused.Store(nil)
 			return nil
-		case errors.As(err, &ke) && !ke.Retriable:
-			// The group moved on (a rebalance, a fenced or expired member): retrying would wait on
-			// a rejoin that BlockRebalanceOnPoll holds back. The database work stands; whoever
-			// owns the partitions next re-reads from the last committed offset and
-			// processed_event absorbs the replays.
+		case groupMovedOn(err):
+			// Retrying would wait on a rejoin that BlockRebalanceOnPoll holds back. The database
+			// work stands; whoever owns the partitions next re-reads from the last committed
+			// offset and processed_event absorbs the replays.
 			in.paused.Store(nil)
 			in.log.Warn("offset commit refused by the group; replays will be deduplicated", "records", len(recs), "err", err)
 			return nil
@@ -383,6 +385,20 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 			return err
 		}
 	}
+}
+
+// groupMovedOn reports whether an offset commit failed because this member no longer belongs to
+// the group generation it consumed in (expired, fenced, or the group rebalancing): the commit can
+// never succeed as it is. Every other failure — the coordinator unavailable, a broker error — is
+// an outage, retried while the ingester reports itself paused.
+func groupMovedOn(err error) bool {
+	for _, e := range []*kerr.Error{kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.FencedInstanceID,
+		kerr.RebalanceInProgress, kerr.StaleMemberEpoch, kerr.FencedMemberEpoch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // pauseBackoff is the retry schedule of a paused batch: 100 ms doubling to 5 s, forever.

@@ -83,7 +83,10 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready Rea
 	// Go's profiler, for the admin network only (like /metrics): CPU and heap profiles of a
 	// running service without a restart.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -79,8 +79,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestLogStream checks the one log format: JSON lines with time, level, msg and service, errors
-// under err, and franz-go's lines in the same stream through kslog with component=franz-go.
+// TestParseLevel: BOOKRECON_LOG_LEVEL's values, and info for anything unreadable.
 func TestParseLevel(t *testing.T) {
 	for _, c := range []struct {
 		in      string
@@ -101,6 +100,8 @@ func TestParseLevel(t *testing.T) {
 	}
 }
 
+// TestLogStream checks the one log format: JSON lines with time, level, msg and service, errors
+// under err, and franz-go's lines in the same stream through kslog with component=franz-go.
 func TestLogStream(t *testing.T) {
 	var buf syncBuffer
 	log := telemetry.NewLogger(&buf, "ingester", slog.LevelDebug)
