@@ -5,12 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
@@ -21,11 +24,43 @@ import (
 )
 
 // TestBrokerCommitOutagePauses uses kfake (fault injection) to fail every offset commit for a
-// while: the batches' database work commits, the offset commits fail and only they are retried
-// (the batch is not applied again), nothing is dead-lettered, and once the broker answers again
-// every event is applied exactly once.
+// while with a retriable error: the batches' database work commits, the offset commits fail and
+// only they are retried (the batch is not applied again) while the ingester reports itself
+// paused, nothing is dead-lettered, and once the broker answers again every event is applied
+// exactly once.
 func TestBrokerCommitOutagePauses(t *testing.T) {
 	t.Parallel()
+	reg, redelivered := commitFault(t, kerr.CoordinatorNotAvailable, func(reg *prometheus.Registry) bool {
+		return metric(t, reg, "bookrecon_ingest_pauses_total") > 0
+	})
+	// Every record was consumed once: the only duplicates are the ones loadgen published.
+	if got := metric(t, reg, "bookrecon_duplicate_deliveries_total"); got != float64(redelivered) {
+		t.Errorf("duplicate deliveries = %v, want %v (a batch was applied again after its offset commit failed)", got, redelivered)
+	}
+}
+
+// TestBrokerCommitFencedGivesUp: offset commits refused with ILLEGAL_GENERATION (the member was
+// fenced, the group moved on) are given up, not retried — retrying would wait on a rejoin that
+// BlockRebalanceOnPoll holds back. The ingester never pauses, rejoins, and the records redelivered
+// from the last committed offset are deduplicated: every event is applied exactly once.
+func TestBrokerCommitFencedGivesUp(t *testing.T) {
+	t.Parallel()
+	reg, redelivered := commitFault(t, kerr.IllegalGeneration, func(*prometheus.Registry) bool { return true })
+	if got := metric(t, reg, "bookrecon_ingest_pauses_total"); got != 0 {
+		t.Errorf("pauses = %v, want 0: a fenced commit is given up, not retried", got)
+	}
+	if got := metric(t, reg, "bookrecon_duplicate_deliveries_total"); got < float64(redelivered) {
+		t.Errorf("duplicate deliveries = %v, want at least loadgen's %d", got, redelivered)
+	}
+}
+
+// commitFault runs an ingester against a kfake cluster whose OffsetCommit answers code on every
+// partition until at least 3 commits failed and seen(reg) holds, then lets commits through, and
+// checks that every event is applied exactly once with nothing dead-lettered and that the
+// group's committed offsets reach the end of the topic. It returns the ingester's registry and
+// how many of the records were loadgen's redeliveries.
+func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry) bool) (*prometheus.Registry, int) {
+	t.Helper()
 	topics := ingest.DefaultTopics()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics.Attempts, topics.AttemptsDLQ, topics.Decisions,
 		topics.DecisionsDLQ, topics.Resolutions, topics.Escalations))
@@ -33,7 +68,7 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fault := kafkatest.InjectFault(c, kmsg.OffsetCommit, kerr.CoordinatorNotAvailable.Code)
+	fault := kafkatest.InjectFault(c, kmsg.OffsetCommit, code.Code)
 
 	gen := loadgen.Generate(loadgen.Config{Intents: 500, Seed: 3, Start: time.Now().Add(-time.Minute), Mix: loadgen.Mix{Failure: 0.2}})
 	ctx := context.Background()
@@ -71,7 +106,7 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 		return n
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for fault.Failed.Load() < 3 || metric(t, reg, "bookrecon_ingest_pauses_total") == 0 {
+	for fault.Failed.Load() < 3 || !seen(reg) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no commit failure reached the ingester (failed commits %d)", fault.Failed.Load())
 		}
@@ -84,10 +119,6 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Every record was consumed once: the only duplicates are the ones loadgen published.
-	if got, want := metric(t, reg, "bookrecon_duplicate_deliveries_total"), float64(len(gen.Records)-gen.UniqueEvents); got != want {
-		t.Errorf("duplicate deliveries = %v, want %v (a batch was applied again after its offset commit failed)", got, want)
-	}
 	if n := count(`SELECT count(*) FROM outbox WHERE topic = '` + topics.AttemptsDLQ + `'`); n != 0 {
 		t.Errorf("dead letters = %d, want 0", n)
 	}
@@ -97,4 +128,17 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 	if n := count(`SELECT count(*) FROM booking_attempt WHERE status IN ('CONFIRMED', 'FAILED')`); n != len(gen.Expected) {
 		t.Errorf("terminal attempts = %d, want %d", n, len(gen.Expected))
 	}
+	// Commits work again, after a rejoin where the member was fenced: the group catches up.
+	adm := kadm.NewClient(prod)
+	for {
+		lag, _ := groupLag(t, adm, kafka.GroupIngester, topics.Attempts)
+		if lag == 0 {
+			break
+		}
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("group lag %d after the fault ended", lag)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return reg, len(gen.Records) - gen.UniqueEvents
 }
