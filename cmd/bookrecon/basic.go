@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -54,22 +56,35 @@ func (migrateCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 type publishCmd struct {
-	File     string `arg:"" type:"existingfile" help:"JSONL file, one record per line."`
-	Topic    string `default:"booking.attempts.v1" help:"Target topic."`
-	Paced    bool   `help:"Publish each record at its rebased occurredAt (the sample replay); default: all at once."`
-	NoRebase bool   `help:"Keep occurredAt as written instead of shifting the first record to now."`
+	File      string `arg:"" type:"existingfile" help:"JSONL file, one record per line."`
+	Topic     string `default:"booking.attempts.v1" help:"Target topic."`
+	Paced     bool   `help:"Publish each record at its rebased occurredAt (the sample replay); default: all at once."`
+	NoRebase  bool   `help:"Keep occurredAt as written instead of shifting the first record to now."`
+	EpochFrom string `type:"existingfile" placeholder:"JSONL" help:"Rebase by the first occurredAt of this file instead of FILE's own, to replay two files on one timeline (the manual decisions beside the attempts)."`
 }
 
 func (c *publishCmd) Run(ctx context.Context, g *Globals) error {
+	return c.run(ctx, g.KafkaBrokers, os.Stdout, time.Now())
+}
+
+// run publishes c.File to c.Topic on brokers, shifting occurredAt so that the epoch (the first
+// occurredAt of c.EpochFrom, or of c.File) becomes now, and reports on out.
+func (c *publishCmd) run(ctx context.Context, brokers []string, out io.Writer, now time.Time) error {
 	lines, err := publish.ReadLines(c.File)
 	if err != nil {
 		return err
 	}
-	var shift time.Duration
-	if epoch, ok := publish.Epoch(lines); ok && !c.NoRebase {
-		shift = time.Since(epoch)
+	epochLines := lines
+	if c.EpochFrom != "" {
+		if epochLines, err = publish.ReadLines(c.EpochFrom); err != nil {
+			return err
+		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(g.KafkaBrokers...))
+	var shift time.Duration
+	if epoch, ok := publish.Epoch(epochLines); ok && !c.NoRebase {
+		shift = now.Sub(epoch)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err
 	}
@@ -77,6 +92,6 @@ func (c *publishCmd) Run(ctx context.Context, g *Globals) error {
 	if err := publish.Run(ctx, cl, lines, publish.Options{Topic: c.Topic, Shift: shift, Paced: c.Paced}); err != nil {
 		return err
 	}
-	fmt.Printf("published %d records to %s (occurredAt shifted by %s)\n", len(lines), c.Topic, shift.Round(time.Second))
-	return nil
+	_, err = fmt.Fprintf(out, "published %d records to %s (occurredAt shifted by %s)\n", len(lines), c.Topic, shift.Round(time.Second))
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/samples"
 )
 
 var (
@@ -486,4 +488,41 @@ History:
 			t.Errorf("empty list json = %q, want []", out.String())
 		}
 	})
+}
+
+// TestPublishEpochFrom replays the manual decisions on the attempts' timeline: every occurredAt
+// is shifted by now − the first occurredAt of attempts.jsonl, and each record is keyed by its
+// bookingIntentId.
+func TestPublishEpochFrom(t *testing.T) {
+	t.Parallel()
+	dir, err := samples.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "ops-publish-" + kafkatest.Suffix()
+	kafkatest.CreateTopics(t, 1, topic)
+	// attempts.jsonl starts at 2026-11-30T09:00:00Z; now is one hour later.
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	c := publishCmd{File: filepath.Join(dir, "manual-decisions.jsonl"), Topic: topic, EpochFrom: filepath.Join(dir, "attempts.jsonl")}
+	var out bytes.Buffer
+	if err := c.run(context.Background(), kafkatest.Brokers(), &out, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "published 2 records to " + topic + " (occurredAt shifted by 1h0m0s)\n"; out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+	recs := kafkatest.ReadAll(t, topic, 2, time.Second, 30*time.Second)
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	for _, r := range recs {
+		d, err := events.DecodeDecision(r.Value, events.DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The sample's decision is at 09:01:30, 90 s after the attempts' first record.
+		if want := now.Add(90 * time.Second); !d.OccurredAt.Equal(want) || string(r.Key) != "bi_sc20" {
+			t.Errorf("decision %s at %s keyed %q, want %s keyed bi_sc20", d.EventID, d.OccurredAt, r.Key, want)
+		}
+	}
 }

@@ -103,7 +103,7 @@ func binaryKeys(t *testing.T, bin string) (keys, required map[string]bool) {
 func TestComposeServices(t *testing.T) {
 	svcs := compose(t)
 	for _, name := range []string{"kafka", "postgres", "migrate", "topics", "ingester", "reconciler", "escalator",
-		"query-api", "provider-sim", "producer", "prometheus", "grafana"} {
+		"query-api", "provider-sim", "producer", "decisions-producer", "prometheus", "grafana"} {
 		if _, ok := svcs[name]; !ok {
 			t.Errorf("docker-compose.yml: no %s service", name)
 		}
@@ -112,6 +112,8 @@ func TestComposeServices(t *testing.T) {
 		"migrate":  {"migrate"},
 		"topics":   {"topics"},
 		"producer": {"publish", "--paced", "/samples/attempts.jsonl"},
+		"decisions-producer": {"publish", "--paced", "--topic", "booking.manual-decisions.v1", "--epoch-from",
+			"/samples/attempts.jsonl", "/samples/manual-decisions.jsonl"},
 	}
 	for name, s := range svcs {
 		if s.Image == "" || !pinned(s.Image) {
