@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -25,7 +26,7 @@ type topicsCmd struct {
 }
 
 func (c *topicsCmd) Run(ctx context.Context, g *Globals) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(g.KafkaBrokers...))
+	cl, err := kgo.NewClient(kafka.Options(g.KafkaBrokers, nil, nil, "cli")...)
 	if err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ func (c *publishCmd) run(ctx context.Context, brokers []string, out io.Writer, n
 	if epoch, ok := publish.Epoch(epochLines); ok && !c.NoRebase {
 		shift = now.Sub(epoch)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := kgo.NewClient(kafka.Options(brokers, nil, nil, "cli")...)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,17 @@ type demoCmd struct {
 	Log      string `default:".stack/demo.log" help:"Where the services' JSON logs go."`
 }
 
+// Validate refuses a database the demo must not drop (a usage error: exit 80).
+func (c *demoCmd) Validate() error {
+	if !strings.HasSuffix(c.Database, "_demo") {
+		return fmt.Errorf("--database %q: the demo drops and recreates it, so its name must end in _demo", c.Database)
+	}
+	return nil
+}
+
+// demoInputs are the samples the demo reads; all must be there before it drops anything.
+var demoInputs = []string{"attempts.jsonl", "manual-decisions.jsonl", "providers.yaml", "provider-truth.json", "expected.json"}
+
 func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	dir := c.Samples
 	if dir == "" {
@@ -36,11 +47,16 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("samples folder: %w (set BOOKRECON_SAMPLES)", err)
 		}
 	}
+	for _, f := range demoInputs {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return fmt.Errorf("samples folder %s: %w (set BOOKRECON_SAMPLES or --samples)", dir, err)
+		}
+	}
 	dbURL, err := recreateDB(ctx, g.DatabaseURL, c.Database)
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(g.KafkaBrokers...))
+	cl, err := kgo.NewClient(kafka.Options(g.KafkaBrokers, nil, nil, "cli")...)
 	if err != nil {
 		return err
 	}

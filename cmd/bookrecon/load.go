@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,10 +31,25 @@ type loadgenCmd struct {
 	Publish      bool          `help:"Also publish the records to booking.attempts.v1 as fast as the broker takes them."`
 }
 
+func (c *loadgenCmd) mix() loadgen.Mix {
+	return loadgen.Mix{Failure: c.Failure, Unknown: c.Unknown, NotSent: c.NotSent, OutOfOrder: c.OutOfOrder,
+		KeyConflict: c.KeyConflict, BlindRetry: c.BlindRetry, Redeliveries: c.Redeliveries}
+}
+
+// Validate refuses a run that cannot be generated (a usage error: exit 80).
+func (c *loadgenCmd) Validate() error {
+	var errs []error
+	if c.Intents < 1 {
+		errs = append(errs, fmt.Errorf("--intents %d: at least 1", c.Intents))
+	}
+	if c.Spacing <= 0 {
+		errs = append(errs, fmt.Errorf("--spacing %s: must be positive (occurredAt must move forward)", c.Spacing))
+	}
+	return errors.Join(append(errs, c.mix().Validate())...)
+}
+
 func (c *loadgenCmd) Run(ctx context.Context, g *Globals) error {
-	out := loadgen.Generate(loadgen.Config{Intents: c.Intents, Seed: c.Seed, Start: time.Now(), Spacing: c.Spacing,
-		Mix: loadgen.Mix{Failure: c.Failure, Unknown: c.Unknown, NotSent: c.NotSent, OutOfOrder: c.OutOfOrder,
-			KeyConflict: c.KeyConflict, BlindRetry: c.BlindRetry, Redeliveries: c.Redeliveries}})
+	out := loadgen.Generate(loadgen.Config{Intents: c.Intents, Seed: c.Seed, Start: time.Now(), Spacing: c.Spacing, Mix: c.mix()})
 	if err := out.Write(c.Out); err != nil {
 		return err
 	}

@@ -52,13 +52,20 @@ type escalationsListCmd struct {
 	outputFlags
 }
 
+func (c *escalationsListCmd) filter(now time.Time) query.EscalationFilter {
+	return query.EscalationFilter{State: c.State, Reason: c.Reason, Provider: c.Provider, TenantID: c.Tenant,
+		OlderThan: c.OlderThan, Now: now, Limit: c.Limit}
+}
+
+// Validate checks the filter when the command line is parsed (a usage error: exit 80).
+func (c *escalationsListCmd) Validate() error { return c.filter(time.Time{}).Validate() }
+
 func (c *escalationsListCmd) Run(ctx context.Context, g *Globals) error {
 	return withPool(ctx, g, func(pool *pgxpool.Pool) error { return c.run(ctx, pool, os.Stdout, time.Now()) })
 }
 
 func (c *escalationsListCmd) run(ctx context.Context, db query.DB, w io.Writer, now time.Time) error {
-	es, err := query.Escalations(ctx, db, query.EscalationFilter{State: c.State, Reason: c.Reason, Provider: c.Provider,
-		TenantID: c.Tenant, OlderThan: c.OlderThan, Now: now, Limit: c.Limit})
+	es, err := query.Escalations(ctx, db, c.filter(now))
 	if err != nil {
 		return err
 	}
@@ -314,7 +321,9 @@ func (c *decideCmd) validate() error {
 		errs = append(errs, "--decision must be CONFIRMED or FAILED")
 	}
 	if c.Decision == events.DecisionConfirmed {
-		need("provider-ref", c.ProviderRef)
+		if strings.TrimSpace(c.ProviderRef) == "" {
+			errs = append(errs, "--provider-ref is required with --decision CONFIRMED")
+		}
 		if !c.Retryable {
 			errs = append(errs, "--retryable=false applies to --decision FAILED only")
 		}
@@ -354,6 +363,15 @@ func (c *decideCmd) build(id uuid.UUID, now time.Time) ([]byte, events.Decision,
 		return nil, events.Decision{}, fmt.Errorf("decide: the decision does not validate: %w", err)
 	}
 	return raw, d, nil
+}
+
+// Validate runs validate when the command line is parsed, so invalid flags are a usage error
+// (exit 80) like a malformed one.
+func (c *decideCmd) Validate() error {
+	if err := c.validate(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "decide: ")) // kong names the command
+	}
+	return nil
 }
 
 func (c *decideCmd) Run(ctx context.Context, g *Globals) error {

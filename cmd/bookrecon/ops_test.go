@@ -42,7 +42,7 @@ func TestDecideValidation(t *testing.T) {
 		{"NothingGiven", func(c *decideCmd) { *c = decideCmd{Retryable: true} },
 			"decide: invalid flags:\n  --tenant is required\n  --intent is required\n  --key is required\n  --decision is required\n  --actor is required\n  --reason is required"},
 		{"ConfirmedWithoutProviderRef", func(c *decideCmd) { c.ProviderRef = "" },
-			"decide: invalid flags:\n  --provider-ref is required"},
+			"decide: invalid flags:\n  --provider-ref is required with --decision CONFIRMED"},
 		{"BlankActorAndReason", func(c *decideCmd) { c.Actor, c.Reason = "  ", "" },
 			"decide: invalid flags:\n  --actor is required\n  --reason is required"},
 		{"MissingDecision", func(c *decideCmd) { c.Decision = "" },
@@ -215,7 +215,8 @@ func TestOpsCommandLine(t *testing.T) {
 	}
 	t.Run("DecideRetryableByDefault", func(t *testing.T) {
 		t.Parallel()
-		c, _ := parse(t, "decide")
+		c, _ := parse(t, "decide", "--tenant", "t_1", "--intent", "bi_1", "--key", "book:bi_1:v1", "--decision", "FAILED",
+			"--actor", "ops.agent.07", "--reason", "provider says no booking")
 		if !c.Ops.Decide.Retryable {
 			t.Error("retryable defaults to false, want true")
 		}

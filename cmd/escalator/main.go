@@ -46,7 +46,7 @@ func main() {
 			}
 			return esc.Run(ctx)
 		})
-	if err != nil {
+	if err != nil && !service.Interrupted(ctx, err) {
 		log.Error("escalator stopped", "err", err)
 		os.Exit(1)
 	}

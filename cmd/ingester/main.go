@@ -11,6 +11,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -62,7 +63,7 @@ func main() {
 		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: topics,
 		AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll,
 	}, deps)
-	if err != nil {
+	if err != nil && !service.Interrupted(ctx, err) {
 		log.Error("ingester stopped", "err", err)
 		os.Exit(1)
 	}

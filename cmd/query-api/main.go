@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -33,7 +35,7 @@ func main() {
 	log := telemetry.Logger("query-api")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, log, nil); err != nil {
+	if err := run(ctx, c, log, nil); err != nil && !service.Interrupted(ctx, err) {
 		log.Error("query API stopped", "err", err)
 		os.Exit(1)
 	}
@@ -45,7 +47,12 @@ func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)
 	if err != nil {
 		return err
 	}
-	pool, err := postgres.Open(ctx, c.DatabaseURL, c.MaxDBConns)
+	// Like the other services, wait for PostgreSQL rather than exit (an outage pauses start-up).
+	var pool *pgxpool.Pool
+	err = service.UntilUp(ctx, log, "postgresql", func() error {
+		pool, err = postgres.Open(ctx, c.DatabaseURL, c.MaxDBConns)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func main() {
 			}
 			return rec.Run(ctx)
 		})
-	if err != nil {
+	if err != nil && !service.Interrupted(ctx, err) {
 		log.Error("reconciler stopped", "err", err)
 		os.Exit(1)
 	}

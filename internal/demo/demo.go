@@ -170,7 +170,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		reg        *prometheus.Registry
 	}{{"reconciler", o.ReconcilerAddr, recReg}, {"escalator", o.EscalatorAddr, escReg}} {
 		wg.Go(func() {
-			_ = telemetry.Serve(ctx, s.addr, s.reg, func(ctx context.Context) error { return pool.Ping(ctx) }, o.Logger, started(s.name))
+			_ = telemetry.Serve(ctx, s.addr, s.reg, func(ctx context.Context) error { return pool.Ping(ctx) }, o.Logger.With("service", s.name), started(s.name))
 		})
 	}
 	wg.Go(func() {

@@ -7,7 +7,9 @@ package loadgen
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -23,6 +25,25 @@ type Mix struct {
 	KeyConflict  float64 // a second start under the same key with another request
 	BlindRetry   float64 // v2 started while v1 is UNKNOWN
 	Redeliveries float64 // share of records published twice (producer retries)
+}
+
+// Validate reports a share outside [0, 1], and the intent shapes (every share but
+// Redeliveries) adding up to more than 1: one draw picks one shape per intent.
+func (m Mix) Validate() error {
+	var errs []error
+	for _, s := range []struct {
+		name string
+		v    float64
+	}{{"failure", m.Failure}, {"unknown", m.Unknown}, {"not-sent", m.NotSent}, {"out-of-order", m.OutOfOrder},
+		{"key-conflict", m.KeyConflict}, {"blind-retry", m.BlindRetry}, {"redeliveries", m.Redeliveries}} {
+		if s.v < 0 || s.v > 1 || math.IsNaN(s.v) {
+			errs = append(errs, fmt.Errorf("%s share %v is not in [0, 1]", s.name, s.v))
+		}
+	}
+	if sum := m.Failure + m.Unknown + m.NotSent + m.OutOfOrder + m.KeyConflict + m.BlindRetry; sum > 1 {
+		errs = append(errs, fmt.Errorf("the intent shares add up to %.3g, more than 1", sum))
+	}
+	return errors.Join(errs...)
 }
 
 // DefaultMix is a production-like mix.

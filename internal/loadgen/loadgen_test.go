@@ -55,3 +55,21 @@ func TestGenerateIsValidDeterministicAndRoundTrips(t *testing.T) {
 		t.Fatalf("simulator truth has %d records, want %d (> 0)", got, want)
 	}
 }
+
+func TestMixValidate(t *testing.T) {
+	if err := loadgen.DefaultMix.Validate(); err != nil {
+		t.Errorf("DefaultMix: %v", err)
+	}
+	for _, c := range []struct {
+		mix  loadgen.Mix
+		want string
+	}{
+		{loadgen.Mix{Failure: 5}, "failure share 5 is not in [0, 1]\nthe intent shares add up to 5, more than 1"},
+		{loadgen.Mix{Redeliveries: -0.1}, "redeliveries share -0.1 is not in [0, 1]"},
+		{loadgen.Mix{Failure: 0.6, Unknown: 0.5}, "the intent shares add up to 1.1, more than 1"},
+	} {
+		if err := c.mix.Validate(); err == nil || err.Error() != c.want {
+			t.Errorf("%+v: %v, want %q", c.mix, err, c.want)
+		}
+	}
+}

@@ -94,7 +94,9 @@ type Options struct {
 	Sent func(i int)
 }
 
-// Run publishes lines in order and waits for every acknowledgement.
+// Run publishes lines in order and waits for every acknowledgement. It stops at the first record
+// the broker refuses or does not acknowledge in the client's delivery timeout; the error names
+// the line and how many before it were published.
 func Run(ctx context.Context, cl *kgo.Client, lines [][]byte, o Options) error {
 	now := o.Now
 	if now == nil {
@@ -115,7 +117,7 @@ func Run(ctx context.Context, cl *kgo.Client, lines [][]byte, o Options) error {
 		}
 		rec := &kgo.Record{Topic: o.Topic, Key: Key(l), Value: v}
 		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			return fmt.Errorf("publish: line %d: %w", i+1, err)
+			return fmt.Errorf("publish: line %d (lines 1–%d already published): %w", i+1, i, err)
 		}
 		if o.Sent != nil {
 			o.Sent(i)

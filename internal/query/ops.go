@@ -43,7 +43,8 @@ type EscalationFilter struct {
 	Limit int
 }
 
-func (f EscalationFilter) validate() error {
+// Validate reports every invalid field of f (state, reason, older-than, limit) in one error.
+func (f EscalationFilter) Validate() error {
 	var errs []error
 	if !slices.Contains([]string{StateOpen, StateClosed, StateAll}, f.State) {
 		errs = append(errs, errors.New("state must be open, closed or all"))
@@ -111,7 +112,7 @@ func Escalations(ctx context.Context, db DB, f EscalationFilter) ([]Escalation, 
 	if f.Now.IsZero() {
 		f.Now = time.Now()
 	}
-	if err := f.validate(); err != nil {
+	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	var openedBefore *time.Time

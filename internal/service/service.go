@@ -71,6 +71,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 	return loop(ctx, pool)
 }
 
+// Interrupted reports whether err is only the end of ctx — the shutdown a signal asked for, for
+// instance while start-up still waited for PostgreSQL — rather than a failure: a service's main
+// then exits 0.
+func Interrupted(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err())
+}
+
 // UntilUp runs step until it succeeds, retrying with backoff while what it needs is unavailable
 // (infrastructure outages pause start-up too; they never make it give up). An error matching
 // one of fatal (a configuration error) or the end of ctx returns at once.
@@ -80,8 +87,11 @@ func UntilUp(ctx context.Context, log *slog.Logger, what string, step func() err
 	b.Reset()
 	for {
 		err := step()
-		if err == nil || ctx.Err() != nil {
-			return err
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil { // the step failed because start-up was called off
+			return ctx.Err()
 		}
 		for _, f := range fatal {
 			if errors.Is(err, f) {
