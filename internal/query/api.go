@@ -77,6 +77,12 @@ func New(cfg Config, db DB, logger *slog.Logger, reg prometheus.Registerer) (*AP
 	a.mux.Handle("GET /", a.instrument(routeOther, func(w http.ResponseWriter, _ *http.Request) int {
 		return writeError(w, http.StatusNotFound, "not_found", "no such route")
 	}))
+	// The API only reads: any other method, on any path, is refused in the API's error shape
+	// (ServeMux's own 405 would be plain text).
+	a.mux.Handle("/", a.instrument(routeOther, func(w http.ResponseWriter, _ *http.Request) int {
+		w.Header().Set("Allow", "GET, HEAD")
+		return writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the API only answers GET and HEAD")
+	}))
 	return a, nil
 }
 

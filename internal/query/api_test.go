@@ -455,8 +455,9 @@ func TestRetryGateBadRequests(t *testing.T) {
 		t.Parallel()
 		rec := httptest.NewRecorder()
 		b.api.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/tenants/t_1/intents/bi_1", nil))
-		if rec.Code != http.StatusMethodNotAllowed {
-			t.Errorf("POST = %d, want 405", rec.Code)
+		want := `{"error":"method_not_allowed","message":"the API only answers GET and HEAD"}` + "\n"
+		if rec.Code != http.StatusMethodNotAllowed || rec.Body.String() != want || rec.Header().Get("Allow") != "GET, HEAD" {
+			t.Errorf("POST = %d %q Allow %q, want 405 %q", rec.Code, rec.Body.String(), rec.Header().Get("Allow"), want)
 		}
 	})
 }
