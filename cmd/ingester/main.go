@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
 
@@ -17,15 +18,16 @@ import (
 )
 
 type cli struct {
-	DatabaseURL   string   `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
-	KafkaBrokers  []string `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
-	Providers     string   `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map (format of samples/providers.yaml)."`
-	AdminAddr     string   `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
-	RetentionDays int      `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
-	MaxPoll       int      `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
-	Group         string   `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
-	TopicSuffix   string   `env:"BOOKRECON_TOPIC_SUFFIX" help:"Appended as .<suffix> to every topic name (isolated test runs); empty for the v1 topics."`
-	Failpoint     string   `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
+	DatabaseURL   string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	KafkaBrokers  []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
+	Providers     string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map (format of samples/providers.yaml)."`
+	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
+	RetentionDays int           `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
+	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
+	BatchTimeout  time.Duration `env:"BOOKRECON_BATCH_TIMEOUT" default:"60s" help:"Bound on one try of a batch's database work; past it the batch pauses and is retried."`
+	Group         string        `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
+	TopicSuffix   string        `env:"BOOKRECON_TOPIC_SUFFIX" help:"Appended as .<suffix> to every topic name (isolated test runs); empty for the v1 topics."`
+	Failpoint     string        `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
 }
 
 func main() {
@@ -61,7 +63,7 @@ func main() {
 	}
 	err = ingest.Run(ctx, ingest.Config{
 		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: topics,
-		AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll,
+		AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
 	}, deps)
 	if err != nil && !service.Interrupted(ctx, err) {
 		log.Error("ingester stopped", "err", err)

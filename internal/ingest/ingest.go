@@ -80,6 +80,11 @@ type Config struct {
 	AdminAddr string
 	// MaxDBConns bounds the pool (default 8).
 	MaxDBConns int32
+	// BatchTimeout bounds one try of a batch's database work (default 60 s; a 4,000-record batch
+	// takes well under a second). A database that stops answering without closing the
+	// connection — a gray failure — then pauses the ingester (metric, /readyz, log) and the batch
+	// is retried, instead of hanging it while it still looks ready.
+	BatchTimeout time.Duration
 	// PerEventOnly disables the set-based fast path: every record is applied on its own under
 	// a savepoint (a switch if the fast path misbehaves).
 	PerEventOnly bool
@@ -96,6 +101,7 @@ func (c Config) withDefaults() Config {
 	c.FirstCheck = cmp.Or(c.FirstCheck, time.Second)
 	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9101")
 	c.MaxDBConns = cmp.Or(c.MaxDBConns, 8)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, time.Minute)
 	return c
 }
 
@@ -352,7 +358,9 @@ const commitTimeout = 5 * time.Second
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 	b := pauseBackoff()
 	for {
-		err := in.applyBatch(ctx, recs)
+		bctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
+		err := in.applyBatch(bctx, recs)
+		cancel()
 		if err == nil {
 			break
 		}

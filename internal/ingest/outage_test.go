@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,5 +119,102 @@ func TestRefusesRetentionShorterThanTopics(t *testing.T) {
 	err := ingest.Run(ctx, cfg, ingest.Deps{Logger: discardLogger()})
 	if !errors.Is(err, ingest.ErrRetention) {
 		t.Fatalf("Run = %v, want ErrRetention", err)
+	}
+}
+
+// TestDatabaseHangPauses: a gray failure. In the middle of the first batch the PostgreSQL
+// backend serving it is stopped (SIGSTOP: the connection stays open, nothing answers) and
+// resumed 8 s later. With a 2 s BatchTimeout the batch times out, pauses and is retried (the
+// retries wait on the stopped transaction's locks, and time out too) until the backend is back
+// and aborts its orphaned transaction; then every event is applied exactly once and nothing is
+// dead-lettered.
+func TestDatabaseHangPauses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("outage run")
+	}
+	t.Parallel()
+	h := pipelinetest.New(t, 3)
+	gen := loadgen.Generate(loadgen.Config{Intents: 500, Seed: 9, Start: time.Now().Add(-time.Minute), Mix: loadgen.Mix{Failure: 0.2, Redeliveries: 0.1}})
+	ctx := context.Background()
+	for i, r := range gen.Records {
+		h.Producer.Produce(ctx, &kgo.Record{Topic: h.Topics.Attempts, Key: gen.Keys[i], Value: r}, nil)
+	}
+	if err := h.Producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(h.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := postgres.Open(ctx, pgtest.URL(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+
+	var stopped atomic.Int64 // the stopped backend's pid
+	resumed := make(chan struct{})
+	resume := func() {
+		if pid := stopped.Swap(-1); pid > 0 {
+			if err := syscall.Kill(int(pid), syscall.SIGCONT); err != nil {
+				t.Errorf("SIGCONT %d: %v", pid, err)
+			}
+			close(resumed)
+		}
+	}
+	t.Cleanup(resume)
+	deps := ingest.Deps{Logger: discardLogger(), Registry: telemetry.NewRegistry()}
+	deps.BeforeRecord = func(i int) {
+		if i != 5 || stopped.Load() != 0 {
+			return
+		}
+		// The one backend of the test database inside a transaction is the batch's.
+		var pid int64
+		if err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()
+			AND state = 'idle in transaction'`, u.Path[1:]).Scan(&pid); err != nil {
+			t.Errorf("find the batch's backend: %v", err)
+			stopped.Store(-1)
+			return
+		}
+		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+			t.Errorf("SIGSTOP %d: %v", pid, err)
+			stopped.Store(-1)
+			return
+		}
+		stopped.Store(pid)
+		time.AfterFunc(8*time.Second, resume)
+	}
+	cfg := h.IngestConfig()
+	cfg.MaxPollRecords = 100 // a try takes well under the timeout even under the race detector
+	cfg.BatchTimeout = 2 * time.Second
+	startIngester(t, cfg, deps)
+
+	select {
+	case <-resumed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the batch's backend was never stopped")
+	}
+	h.WaitFor("every unique event applied", 2*time.Minute, func() bool {
+		return h.Scalar(`SELECT count(*) FROM processed_event`) == gen.UniqueEvents
+	})
+	h.WaitFor("outbox drained", time.Minute, h.OutboxDrained)
+	// 8 s of hang against a 2 s deadline and a backoff from 100 ms: three tries time out before
+	// the backend is back (without the deadline: none, the batch just waits).
+	if pauses := metric(t, deps.Registry, "bookrecon_ingest_pauses_total"); pauses < 2 {
+		t.Errorf("bookrecon_ingest_pauses_total = %v after an 8 s hang with a 2 s batch timeout; want >= 2", pauses)
+	}
+	for _, c := range []struct {
+		what string
+		q    string
+		want int
+	}{
+		{"dead letters", `SELECT count(*) FROM outbox WHERE topic = '` + h.Topics.AttemptsDLQ + `'`, 0},
+		{"attempts", `SELECT count(*) FROM booking_attempt`, len(gen.Expected)},
+		{"audit rows (one per unique event)", `SELECT count(*) FROM attempt_transition`, gen.UniqueEvents},
+		{"resolutions (one per attempt)", `SELECT count(*) FROM outbox WHERE topic = '` + h.Topics.Resolutions + `'`, len(gen.Expected)},
+	} {
+		if got := h.Scalar(c.q); got != c.want {
+			t.Errorf("%s = %d, want %d", c.what, got, c.want)
+		}
 	}
 }
