@@ -168,10 +168,11 @@ func TestDatabaseHangPauses(t *testing.T) {
 		if i != 5 || stopped.Load() != 0 {
 			return
 		}
-		// The one backend of the test database inside a transaction is the batch's.
+		// The one backend of the test database inside a transaction that has written (its dedup
+		// rows) is the batch's: the relay's lock connection and the harness's are autocommit.
 		var pid int64
 		if err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()
-			AND state = 'idle in transaction'`, u.Path[1:]).Scan(&pid); err != nil {
+			AND state = 'idle in transaction' AND backend_xid IS NOT NULL`, u.Path[1:]).Scan(&pid); err != nil {
 			t.Errorf("find the batch's backend: %v", err)
 			stopped.Store(-1)
 			return
