@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -62,6 +63,14 @@ type publishCmd struct {
 	Paced     bool   `help:"Publish each record at its rebased occurredAt (the sample replay); default: all at once."`
 	NoRebase  bool   `help:"Keep occurredAt as written instead of shifting the first record to now."`
 	EpochFrom string `type:"existingfile" placeholder:"JSONL" help:"Rebase by the first occurredAt of this file instead of FILE's own, to replay two files on one timeline (the manual decisions beside the attempts)."`
+}
+
+// Validate refuses contradictory flags (a usage error: exit 80).
+func (c *publishCmd) Validate() error {
+	if c.NoRebase && c.EpochFrom != "" {
+		return errors.New("--epoch-from rebases, --no-rebase does not: give one of them")
+	}
+	return nil
 }
 
 func (c *publishCmd) Run(ctx context.Context, g *Globals) error {

@@ -116,6 +116,9 @@ func (c Config) validate() error {
 	if c.Providers == nil {
 		errs = append(errs, errors.New("ingest: Providers (capability map) is required"))
 	}
+	if c.BatchTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("ingest: BatchTimeout %s < 1s", c.BatchTimeout))
+	}
 	if c.RetentionDays < 3 {
 		errs = append(errs, fmt.Errorf("ingest: RetentionDays %d < 3", c.RetentionDays))
 	}
@@ -351,9 +354,10 @@ func (in *Ingester) consume(ctx context.Context) error {
 const commitTimeout = 5 * time.Second
 
 // handle applies a batch and commits its offsets, retrying with backoff while PostgreSQL or
-// Kafka is unavailable. Once the database work has committed only the offset commit is retried,
-// so the batch's transaction is not run again (a batch rerun after an ambiguous COMMIT failure
-// is deduplicated record by record). It returns nil once the offsets are committed or the group
+// Kafka is unavailable; each try of the database work is bounded by Config.BatchTimeout, so a
+// hung database pauses the batch too. Once the database work has committed only the offset
+// commit is retried, so the batch's transaction is not run again (a batch rerun after an
+// ambiguous COMMIT failure is deduplicated record by record). It returns nil once the offsets are committed or the group
 // has moved on (groupMovedOn), and ctx's error when ctx ends first.
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 	b := pauseBackoff()

@@ -3,12 +3,17 @@ package ingest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
@@ -163,6 +168,8 @@ func TestDatabaseHangPauses(t *testing.T) {
 		}
 	}
 	t.Cleanup(resume)
+	giveUp := func() { stopped.Store(-1); close(resumed) } // the fault could not be set up
+
 	deps := ingest.Deps{Logger: discardLogger(), Registry: telemetry.NewRegistry()}
 	deps.BeforeRecord = func(i int) {
 		if i != 5 || stopped.Load() != 0 {
@@ -170,17 +177,34 @@ func TestDatabaseHangPauses(t *testing.T) {
 		}
 		// The one backend of the test database inside a transaction that has written (its dedup
 		// rows) is the batch's: the relay's lock connection and the harness's are autocommit.
-		var pid int64
-		if err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()
-			AND state = 'idle in transaction' AND backend_xid IS NOT NULL`, u.Path[1:]).Scan(&pid); err != nil {
-			t.Errorf("find the batch's backend: %v", err)
-			stopped.Store(-1)
+		var pids []int64
+		rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()
+			AND state = 'idle in transaction' AND backend_xid IS NOT NULL`, u.Path[1:])
+		if err == nil {
+			pids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		if err != nil || len(pids) != 1 {
+			t.Errorf("the batch's backend: %v %v, want exactly one pid", pids, err)
+			giveUp()
+			return
+		}
+		pid := pids[0]
+		// Signal only a PostgreSQL process of this machine (the stack's), never whatever else has
+		// that pid (a database in a container or elsewhere).
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			t.Errorf("pid %d is not a local postgres process (%q, %v): this fault needs the stack's PostgreSQL", pid, comm, err)
+			giveUp()
 			return
 		}
 		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
-			t.Errorf("SIGSTOP %d: %v", pid, err)
-			stopped.Store(-1)
+			t.Errorf("SIGSTOP %d: %v (the tests signal PostgreSQL's backends: run them as root or postgres, as .ci/run does)", pid, err)
+			giveUp()
 			return
+		}
+		// A safety net outside this process: the backend is resumed even if the test binary dies
+		// in the window (a -timeout panic, ^C).
+		if err := exec.Command("setsid", "sh", "-c", fmt.Sprintf("sleep 20; kill -CONT %d 2>/dev/null", pid)).Start(); err != nil {
+			t.Errorf("safety net: %v", err)
 		}
 		stopped.Store(pid)
 		time.AfterFunc(8*time.Second, resume)
@@ -194,6 +218,9 @@ func TestDatabaseHangPauses(t *testing.T) {
 	case <-resumed:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the batch's backend was never stopped")
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	h.WaitFor("every unique event applied", 2*time.Minute, func() bool {
 		return h.Scalar(`SELECT count(*) FROM processed_event`) == gen.UniqueEvents

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -26,6 +27,13 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	// A cancelled or timed-out context cancels the statement on the server too (a cancel request,
+	// as libpq does), not only the client's socket: otherwise a statement given up on keeps
+	// running — or keeps waiting on locks — and holds a connection slot. The socket is closed
+	// 2 s later if the server does not answer the cancel (a hung server).
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 2 * time.Second}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -90,7 +98,11 @@ func once(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
 		return fmt.Errorf("postgres: begin: %w", err)
 	}
 	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		// Bounded: a hung server must not hold the caller here (pgx closes the connection when
+		// the rollback cannot finish).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = tx.Rollback(rctx)
+		cancel()
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -117,6 +117,9 @@ func Run(ctx context.Context, cl *kgo.Client, lines [][]byte, o Options) error {
 		}
 		rec := &kgo.Record{Topic: o.Topic, Key: Key(l), Value: v}
 		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			if i == 0 {
+				return fmt.Errorf("publish: line 1 (nothing published): %w", err)
+			}
 			return fmt.Errorf("publish: line %d (lines 1–%d already published): %w", i+1, i, err)
 		}
 		if o.Sent != nil {
