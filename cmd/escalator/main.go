@@ -4,9 +4,8 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/signal"
-	"syscall"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -29,25 +28,19 @@ type cli struct {
 func main() {
 	var c cli
 	kong.Parse(&c, kong.Description("bookrecon escalator"))
-	log := telemetry.Logger("escalator")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	m, err := providers.LoadMap(c.Providers)
-	if err != nil {
-		log.Error("capability map", "err", err)
-		os.Exit(1)
-	}
-	reg := telemetry.NewRegistry()
-	err = service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
-		func(ctx context.Context, pool *pgxpool.Pool) error {
-			esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll}, pool, log, reg)
-			if err != nil {
-				return err
-			}
-			return esc.Run(ctx)
-		})
-	if err != nil && !service.Interrupted(ctx, err) {
-		log.Error("escalator stopped", "err", err)
-		os.Exit(1)
-	}
+	service.Main("escalator", func(ctx context.Context, log *slog.Logger) error {
+		m, err := providers.LoadMap(c.Providers)
+		if err != nil {
+			return fmt.Errorf("capability map: %w", err)
+		}
+		reg := telemetry.NewRegistry()
+		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
+			func(ctx context.Context, pool *pgxpool.Pool) error {
+				esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll}, pool, log, reg)
+				if err != nil {
+					return err
+				}
+				return esc.Run(ctx)
+			})
+	})
 }

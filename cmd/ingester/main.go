@@ -4,16 +4,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/service"
-	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -33,40 +32,33 @@ type cli struct {
 func main() {
 	var c cli
 	kong.Parse(&c, kong.Description("bookrecon ingester"))
-	log := telemetry.Logger("ingester")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	m, err := providers.LoadMap(c.Providers)
-	if err != nil {
-		log.Error("capability map", "err", err)
-		os.Exit(1)
-	}
-	topics := ingest.DefaultTopics()
-	if c.TopicSuffix != "" {
-		for _, t := range []*string{&topics.Attempts, &topics.AttemptsDLQ, &topics.Decisions, &topics.DecisionsDLQ, &topics.Resolutions, &topics.Escalations} {
-			*t += "." + c.TopicSuffix
-		}
-	}
-	deps := ingest.Deps{Logger: log}
-	if c.Failpoint != "" {
-		fp, err := ingest.ParseFailpoint(c.Failpoint)
+	service.Main("ingester", func(ctx context.Context, log *slog.Logger) error {
+		m, err := providers.LoadMap(c.Providers)
 		if err != nil {
-			log.Error("failpoint", "err", err)
-			os.Exit(1)
+			return fmt.Errorf("capability map: %w", err)
 		}
-		log.Warn("failpoint armed", "failpoint", c.Failpoint)
-		fp.Install(&deps, func() {
-			p, _ := os.FindProcess(os.Getpid())
-			_ = p.Kill() // SIGKILL: no deferred work, no offset commit, no group leave
-			select {}
-		})
-	}
-	err = ingest.Run(ctx, ingest.Config{
-		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: topics,
-		AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
-	}, deps)
-	if err != nil && !service.Interrupted(ctx, err) {
-		log.Error("ingester stopped", "err", err)
-		os.Exit(1)
-	}
+		topics := ingest.DefaultTopics()
+		if c.TopicSuffix != "" {
+			for _, t := range []*string{&topics.Attempts, &topics.AttemptsDLQ, &topics.Decisions, &topics.DecisionsDLQ, &topics.Resolutions, &topics.Escalations} {
+				*t += "." + c.TopicSuffix
+			}
+		}
+		deps := ingest.Deps{Logger: log}
+		if c.Failpoint != "" {
+			fp, err := ingest.ParseFailpoint(c.Failpoint)
+			if err != nil {
+				return err
+			}
+			log.Warn("failpoint armed", "failpoint", c.Failpoint)
+			fp.Install(&deps, func() {
+				p, _ := os.FindProcess(os.Getpid())
+				_ = p.Kill() // SIGKILL: no deferred work, no offset commit, no group leave
+				select {}
+			})
+		}
+		return ingest.Run(ctx, ingest.Config{
+			Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: topics,
+			AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
+		}, deps)
+	})
 }

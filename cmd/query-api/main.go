@@ -6,15 +6,10 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -32,27 +27,17 @@ type cli struct {
 func main() {
 	var c cli
 	kong.Parse(&c, kong.Name("query-api"), kong.Description("bookrecon query API: intent status and retry gate."))
-	log := telemetry.Logger("query-api")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, log, nil); err != nil && !service.Interrupted(ctx, err) {
-		log.Error("query API stopped", "err", err)
-		os.Exit(1)
-	}
+	service.Main("query-api", func(ctx context.Context, log *slog.Logger) error { return run(ctx, c, log, nil) })
 }
 
-// run loads the capability map, opens the pool and serves until ctx ends; the pool closes last.
+// run loads the capability map, opens the pool (waiting for PostgreSQL like every service; no
+// migration: the API only reads) and serves until ctx ends; the pool closes last.
 func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)) error {
 	m, err := providers.LoadMap(c.Providers)
 	if err != nil {
 		return err
 	}
-	// Like the other services, wait for PostgreSQL rather than exit (an outage pauses start-up).
-	var pool *pgxpool.Pool
-	err = service.UntilUp(ctx, log, "postgresql", func() error {
-		pool, err = postgres.Open(ctx, c.DatabaseURL, c.MaxDBConns)
-		return err
-	})
+	pool, err := service.OpenPool(ctx, log, c.DatabaseURL, c.MaxDBConns, false)
 	if err != nil {
 		return err
 	}

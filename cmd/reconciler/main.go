@@ -3,10 +3,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -35,27 +34,21 @@ type cli struct {
 func main() {
 	var c cli
 	kong.Parse(&c, kong.Description("bookrecon reconciler"))
-	log := telemetry.Logger("reconciler")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	m, err := providers.LoadMap(c.Providers)
-	if err != nil {
-		log.Error("capability map", "err", err)
-		os.Exit(1)
-	}
-	reg := telemetry.NewRegistry()
-	err = service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
-		func(ctx context.Context, pool *pgxpool.Pool) error {
-			rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
-				MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout},
-				pool, providers.NewHTTP(c.ProviderURL, &http.Client{}), log, reg, nil)
-			if err != nil {
-				return err
-			}
-			return rec.Run(ctx)
-		})
-	if err != nil && !service.Interrupted(ctx, err) {
-		log.Error("reconciler stopped", "err", err)
-		os.Exit(1)
-	}
+	service.Main("reconciler", func(ctx context.Context, log *slog.Logger) error {
+		m, err := providers.LoadMap(c.Providers)
+		if err != nil {
+			return fmt.Errorf("capability map: %w", err)
+		}
+		reg := telemetry.NewRegistry()
+		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
+			func(ctx context.Context, pool *pgxpool.Pool) error {
+				rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
+					MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout},
+					pool, providers.NewHTTP(c.ProviderURL, &http.Client{}), log, reg, nil)
+				if err != nil {
+					return err
+				}
+				return rec.Run(ctx)
+			})
+	})
 }

@@ -36,7 +36,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
-	"github.com/bookrecon/bookrecon/migrations"
 	"github.com/bookrecon/bookrecon/processedevent"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -176,19 +175,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if reg == nil {
 		reg = telemetry.NewRegistry()
 	}
-	var pool *pgxpool.Pool
-	err := service.UntilUp(ctx, deps.Logger, "postgresql", func() error {
-		p, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns)
-		if err != nil {
-			return err
-		}
-		if _, err := migrations.UpPool(ctx, p); err != nil {
-			p.Close()
-			return err
-		}
-		pool = p
-		return nil
-	})
+	pool, err := service.OpenPool(ctx, deps.Logger, cfg.DatabaseURL, cfg.MaxDBConns, true)
 	if err != nil {
 		return err
 	}

@@ -19,11 +19,15 @@ import (
 // DefaultURL is the database of the local stack that scripts/stack.sh starts.
 const DefaultURL = "postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable"
 
-// Open returns a pool for url (a libpq URL or DSN) after one successful ping.
+// ErrConfig wraps an Open error that no retry can mend: the URL does not parse.
+var ErrConfig = errors.New("postgres: configuration")
+
+// Open returns a pool for url (a libpq URL or DSN) after one successful ping. A URL that does
+// not parse is an ErrConfig; any other error is the server's or the network's.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: parse url: %w", err)
+		return nil, fmt.Errorf("%w: parse url: %w", ErrConfig, err)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns

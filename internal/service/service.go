@@ -1,12 +1,16 @@
-// Package service holds what the reconciler and escalator binaries share around their loop: the
-// pool (migrated), the admin server, the outbox relay and two-phase shutdown.
+// Package service holds what the service binaries share: Main (logger, signals, exit status),
+// OpenPool (waiting for PostgreSQL, migrating), and for the reconciler and escalator Run — the
+// pool, the admin server, the outbox relay and two-phase shutdown around their loop.
 package service
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -34,19 +38,7 @@ type Config struct {
 // until ctx ends, then stops the relay, closes the Kafka client and the pool last.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
-	var pool *pgxpool.Pool
-	err := UntilUp(ctx, log, "postgresql", func() error {
-		p, err := postgres.Open(ctx, cfg.DatabaseURL, max(cfg.MaxDBConns, 4))
-		if err != nil {
-			return err
-		}
-		if _, err := migrations.UpPool(ctx, p); err != nil {
-			p.Close()
-			return err
-		}
-		pool = p
-		return nil
-	})
+	pool, err := OpenPool(ctx, log, cfg.DatabaseURL, max(cfg.MaxDBConns, 4), true)
 	if err != nil {
 		return err
 	}
@@ -69,6 +61,43 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 		}
 	})
 	return loop(ctx, pool)
+}
+
+// OpenPool waits for PostgreSQL (UntilUp: an outage pauses start-up), opens a pool of at most
+// maxConns and, when migrate is set, brings the schema up to date (migrations.UpPool, under its
+// advisory lock). A URL that does not parse (postgres.ErrConfig) fails at once.
+func OpenPool(ctx context.Context, log *slog.Logger, url string, maxConns int32, migrate bool) (*pgxpool.Pool, error) {
+	var pool *pgxpool.Pool
+	err := UntilUp(ctx, log, "postgresql", func() error {
+		p, err := postgres.Open(ctx, url, maxConns)
+		if err != nil {
+			return err
+		}
+		if migrate {
+			if _, err := migrations.UpPool(ctx, p); err != nil {
+				p.Close()
+				return err
+			}
+		}
+		pool = p
+		return nil
+	}, postgres.ErrConfig)
+	return pool, err
+}
+
+// Main runs a service binary's body with the conventions every service shares: the JSON logger
+// named name (telemetry.Logger), a context that SIGINT or SIGTERM ends, and the exit status —
+// 0 when body returns nil or only because of the signal (Interrupted), otherwise the error is
+// logged as "<name> stopped" and the process exits 1.
+func Main(name string, body func(ctx context.Context, log *slog.Logger) error) {
+	log := telemetry.Logger(name)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := body(ctx, log)
+	stop()
+	if err != nil && !Interrupted(ctx, err) {
+		log.Error(name+" stopped", "err", err)
+		os.Exit(1)
+	}
 }
 
 // Interrupted reports whether err is only the end of ctx — the shutdown a signal asked for, for
