@@ -29,11 +29,11 @@ func (t *Tx) ApplyEvent(ctx context.Context, ev events.Attempt, transportCodes [
 	var hash, fp string
 	var reqJSON []byte
 	if ev.EventType == events.EventStarted {
-		var err error
-		if hash, err = ev.Hash(); err != nil {
+		d, err := ev.Digests()
+		if err != nil {
 			return Applied{}, fmt.Errorf("attempt: request hash %s: %w", ev.EventID, err)
 		}
-		fp = events.Fingerprint(ev.Operation, ev.Request)
+		hash, fp = d.RequestHash, d.Fingerprint
 		if reqJSON, err = json.Marshal(ev.Request); err != nil {
 			return Applied{}, err
 		}
