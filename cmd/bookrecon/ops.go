@@ -336,7 +336,7 @@ func (c *decideCmd) validate() error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("decide: invalid flags:\n  %s", strings.Join(errs, "\n  "))
+		return fmt.Errorf("invalid flags:\n  %s", strings.Join(errs, "\n  "))
 	}
 	return nil
 }
@@ -345,7 +345,7 @@ func (c *decideCmd) validate() error {
 // now) after checking it with events.DecodeDecision, exactly as the ingester will.
 func (c *decideCmd) build(id uuid.UUID, now time.Time) ([]byte, events.Decision, error) {
 	if err := c.validate(); err != nil {
-		return nil, events.Decision{}, err
+		return nil, events.Decision{}, fmt.Errorf("decide: %w", err)
 	}
 	rec := decisionRecord{SpecVersion: events.SpecVersion, EventID: id.String(), EventType: events.EventDecisionRecorded,
 		OccurredAt: now.UTC().Format("2006-01-02T15:04:05.000Z07:00"), TenantID: c.Tenant, BookingIntentID: c.Intent,
@@ -367,12 +367,7 @@ func (c *decideCmd) build(id uuid.UUID, now time.Time) ([]byte, events.Decision,
 
 // Validate runs validate when the command line is parsed, so invalid flags are a usage error
 // (exit 80) like a malformed one.
-func (c *decideCmd) Validate() error {
-	if err := c.validate(); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "decide: ")) // kong names the command
-	}
-	return nil
-}
+func (c *decideCmd) Validate() error { return c.validate() } // kong prefixes "decide:"
 
 func (c *decideCmd) Run(ctx context.Context, g *Globals) error {
 	return c.run(ctx, g.KafkaBrokers, os.Stdout, uuid.Must(uuid.NewV7()), time.Now())
