@@ -21,7 +21,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -792,17 +791,9 @@ func (in *Ingester) deadLetter(ctx context.Context, tx pgx.Tx, r *kgo.Record, re
 	})
 }
 
-// isPoison reports whether err came from the record's own data: a PostgreSQL data exception
-// (class 22) or integrity violation (class 23), or an error that is not a database or network
-// error at all. Connection failures, timeouts, 40001/40P01, resource and operator errors are
-// infrastructure: the batch is retried.
-func isPoison(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
-	}
-	return false
-}
+// isPoison reports whether err came from the record's own data (postgres.IsDataError): the
+// record is dead-lettered. Every other failure is infrastructure: the batch is retried.
+func isPoison(err error) bool { return postgres.IsDataError(err) }
 
 // isInfra reports whether a PostgreSQL error is the database's condition rather than the
 // batch's: connection (08), resources (53), operator intervention (57), system (58) and

@@ -60,6 +60,23 @@ func IsRetryable(err error) bool {
 	return false
 }
 
+// IsDataError reports whether err is PostgreSQL refusing the statement's own data — a data
+// exception (SQLSTATE class 22: a NUL in text, an invalid escape, a value out of range), an
+// integrity constraint violation (class 23) or a program limit exceeded (class 54: an index row
+// too large) — so the same statement on the same data fails again on every retry. Such an error
+// belongs to one record, row or candidate: isolate it and go on. Anything else — connection
+// failures, timeouts, transaction conflicts (40), resources (53), operator intervention (57),
+// schema or privilege errors (42) and every error that is not PostgreSQL's — is the condition of
+// the database or of the code around it, shared by every item: pause and retry.
+func IsDataError(err error) bool {
+	switch c := SQLState(err); {
+	case len(c) != 5:
+		return false
+	default:
+		return c[:2] == "22" || c[:2] == "23" || c[:2] == "54"
+	}
+}
+
 // SQLState returns err's SQLSTATE, or "" when err is not a PostgreSQL error.
 func SQLState(err error) string {
 	var pgErr *pgconn.PgError
