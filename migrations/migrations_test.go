@@ -2,6 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"io/fs"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/bookrecon/bookrecon/internal/pgtest"
@@ -16,8 +19,8 @@ func TestUpIsIdempotentAndCreatesTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != 1 {
-		t.Fatalf("version = %d, want 1", v)
+	if want := newest(t); v != want {
+		t.Fatalf("version = %d, want %d (the newest file)", v, want)
 	}
 	var n int
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'
@@ -29,4 +32,22 @@ func TestUpIsIdempotentAndCreatesTables(t *testing.T) {
 	if n != 9 {
 		t.Fatalf("tables = %d, want 9", n)
 	}
+}
+
+// newest is the version of the newest migration file (sql/NNNNN_name.sql).
+func newest(t *testing.T) int64 {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("migration files: %v %v", names, err)
+	}
+	var top int64
+	for _, n := range names {
+		v, err := strconv.ParseInt(strings.SplitN(n, "_", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		top = max(top, v)
+	}
+	return top
 }
