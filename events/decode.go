@@ -228,10 +228,16 @@ func keyError(desc string) *InvalidError {
 // case when decoding into structs).
 type object map[string]json.RawMessage
 
-// parseRecord runs steps 1 and 2. Canonicalisation rejects duplicate keys at any depth, bad
+// parseRecord runs steps 1 and 2; a null value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at any depth, bad
 // syntax, trailing data, lone surrogates and numbers beyond float64; encoding/json then insists
 // on an object.
 func parseRecord(raw []byte) (object, []byte, error) {
+	switch {
+	case raw == nil:
+		return nil, nil, invalid(ReasonInvalidJSON, "", "record value is null (a Kafka tombstone)")
+	case len(raw) == 0:
+		return nil, nil, invalid(ReasonInvalidJSON, "", "record value is empty")
+	}
 	if len(raw) > MaxRecordBytes {
 		return nil, nil, invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
 	}

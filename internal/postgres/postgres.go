@@ -86,6 +86,20 @@ func SQLState(err error) string {
 	return ""
 }
 
+// Savepoint runs fn inside a savepoint of tx: when fn fails, the savepoint is rolled back, so tx
+// stays usable and keeps everything done before it, and fn's error is returned.
+func Savepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: savepoint: %w", err)
+	}
+	if err := fn(sp); err != nil {
+		_ = sp.Rollback(ctx)
+		return err
+	}
+	return sp.Commit(ctx)
+}
+
 // MaxTxAttempts bounds WithTx's retries of 40001/40P01.
 const MaxTxAttempts = 8
 

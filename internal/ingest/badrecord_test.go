@@ -1,0 +1,126 @@
+package ingest_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+)
+
+// TestEveryRecordKindMovesOn delivers, on one partition, every kind of record a broker can
+// deliver — a tombstone (null value), an empty value, a null key, odd headers (empty name, null
+// value, repeated names, binary bytes), a record whose dead letter the database refuses as built —
+// each followed by valid events, and a tombstone on the decisions topic. Every record is applied
+// or dead-lettered and the partition moves on: exact dead letters (null stays null, empty stays
+// empty, original key), exact applied events, and the ingester never paused.
+func TestEveryRecordKindMovesOn(t *testing.T) {
+	t.Parallel()
+	h := pipelinetest.New(t, 1)
+	ctx := context.Background()
+	// The database refuses the dead letter of the non-object record as first built (as a CHECK
+	// would): the ingester must write it again, not pause as if PostgreSQL were down.
+	for _, q := range []string{
+		`CREATE FUNCTION refuse_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = '23514'; END $$`,
+		`CREATE TRIGGER refuse_dead_letter BEFORE INSERT ON outbox FOR EACH ROW
+		WHEN (NEW.headers @> '[{"k": "bookrecon.dlq.detail", "v": "record is not a JSON object"}]')
+		EXECUTE FUNCTION refuse_dead_letter()`,
+	} {
+		if _, err := h.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := telemetry.NewRegistry()
+	startIngester(t, h.IngestConfig(), ingest.Deps{Logger: discardLogger(), Registry: reg})
+
+	now := time.Now().UTC()
+	started := func(n int) []byte {
+		return fmt.Appendf(nil, `{"specVersion":1,"eventId":"evt_%d","eventType":"attempt.started","occurredAt":%q,`+
+			`"tenantId":"t_1","bookingIntentId":"bi_%d","operation":"BOOK","operationVersion":1,"idempotencyKey":"book:bi_%d:v1",`+
+			`"provider":"sim-hotels","request":{"offerVersion":"off_1:1","travellerRef":"tr_1","stay":{"propertyId":"h_1",`+
+			`"checkIn":"2027-02-03","checkOut":"2027-02-06"},"amount":{"value":"249.90","currency":"EUR"}},`+
+			`"recovery":{"clientReference":"cr_%d"}}`, n, now.Format(time.RFC3339Nano), n, n, n)
+	}
+	odd := []kgo.RecordHeader{{Key: "", Value: []byte("x")}, {Key: "traceparent", Value: nil},
+		{Key: "dup", Value: []byte("1")}, {Key: "dup", Value: []byte("2")}, {Key: "bin\x00\xff", Value: []byte{0, 0xff, 0xfe}}}
+	in := []*kgo.Record{
+		{Key: []byte("bi_1"), Value: nil},                      // 0: tombstone → invalid_json, value stays null
+		{Key: []byte("bi_1"), Value: started(1)},               // 1: applied
+		{Key: []byte("bi_2"), Value: []byte{}},                 // 2: empty → invalid_json, value stays empty
+		{Key: nil, Value: started(2)},                          // 3: null key, applied
+		{Key: []byte("bi_3"), Value: started(3), Headers: odd}, // 4: odd headers, applied
+		{Key: nil, Value: nil, Headers: odd},                   // 5: tombstone with null key and odd headers
+		{Key: []byte("bi_4"), Value: []byte(`[1,2]`)},          // 6: not an object; its dead letter is refused once
+		{Key: []byte("bi_4"), Value: started(4)},               // 7: applied
+	}
+	for _, r := range in {
+		r.Topic = h.Topics.Attempts
+	}
+	in = append(in, &kgo.Record{Topic: h.Topics.Decisions, Key: []byte("bi_1"), Value: nil}) // decision tombstone
+	if err := h.Producer.ProduceSync(ctx, in...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h.WaitFor("4 applied, 5 dead letters, outbox drained", 60*time.Second, func() bool {
+		return h.Scalar(`SELECT count(*) FROM processed_event`) == 4 &&
+			h.Scalar(`SELECT count(*) FROM outbox WHERE topic IN ($1, $2)`, h.Topics.AttemptsDLQ, h.Topics.DecisionsDLQ) == 5 &&
+			h.OutboxDrained()
+	})
+	if n := h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status = 'IN_PROGRESS'`); n != 4 {
+		t.Errorf("IN_PROGRESS attempts = %d, want 4", n)
+	}
+	if p := metric(t, reg, "bookrecon_ingest_pauses_total"); p != 0 {
+		t.Errorf("paused = %v, want 0: a bad record was taken for an outage", p)
+	}
+	if n := metric(t, reg, "bookrecon_dead_letters_total", "topic", "booking.attempts.v1", "reason", "invalid_json"); n != 4 {
+		t.Errorf("attempts dead letters (invalid_json) = %v, want 4", n)
+	}
+	if n := metric(t, reg, "bookrecon_dead_letters_total", "topic", "booking.manual-decisions.v1", "reason", "invalid_json"); n != 1 {
+		t.Errorf("decision dead letters (invalid_json) = %v, want 1", n)
+	}
+
+	type dl struct {
+		key, value       []byte
+		nullKey, nullVal bool
+		detail, offset   string
+	}
+	want := []dl{
+		{key: []byte("bi_1"), nullVal: true, detail: "record value is null (a Kafka tombstone)", offset: "0"},
+		{key: []byte("bi_2"), value: []byte{}, detail: "record value is empty", offset: "2"},
+		{nullKey: true, nullVal: true, detail: "record value is null (a Kafka tombstone)", offset: "5"},
+		{key: []byte("bi_4"), value: []byte(`[1,2]`), detail: ingest.DetailDeadLetterRewritten + "23514", offset: "6"},
+	}
+	got := kafkatest.ReadAll(t, h.Topics.AttemptsDLQ, len(want), time.Second, 30*time.Second)
+	if len(got) != len(want) {
+		t.Fatalf("attempt dead letters on the topic = %d, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		r := got[i]
+		if (r.Key == nil) != w.nullKey || !bytes.Equal(r.Key, w.key) {
+			t.Errorf("dead letter %d key = %q (nil %v), want %q (nil %v)", i, r.Key, r.Key == nil, w.key, w.nullKey)
+		}
+		if (r.Value == nil) != w.nullVal || !bytes.Equal(r.Value, w.value) {
+			t.Errorf("dead letter %d value = %q (nil %v), want %q (nil %v)", i, r.Value, r.Value == nil, w.value, w.nullVal)
+		}
+		if d := kafkatest.Header(r, "bookrecon.dlq.detail"); d != w.detail {
+			t.Errorf("dead letter %d detail = %q, want %q", i, d, w.detail)
+		}
+		if g := kafkatest.Header(r, "bookrecon.dlq.reason"); g != "invalid_json" {
+			t.Errorf("dead letter %d reason = %q, want invalid_json", i, g)
+		}
+		if o := kafkatest.Header(r, "bookrecon.source.offset"); o != w.offset {
+			t.Errorf("dead letter %d source offset = %q, want %s", i, o, w.offset)
+		}
+	}
+	dec := kafkatest.ReadAll(t, h.Topics.DecisionsDLQ, 1, time.Second, 30*time.Second)
+	if len(dec) != 1 || dec[0].Value != nil || string(dec[0].Key) != "bi_1" {
+		t.Fatalf("decision dead letters = %d (want 1 with key bi_1 and a null value)", len(dec))
+	}
+}
