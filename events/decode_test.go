@@ -268,6 +268,32 @@ func TestDecodeAttemptRecordLevel(t *testing.T) {
 	}
 }
 
+// TestDecodeNullAndEmptyValue: a Kafka tombstone (nil value) and an empty value are invalid_json
+// for both topics, and the detail says which.
+func TestDecodeNullAndEmptyValue(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		raw    []byte
+		detail string
+	}{
+		{"Null", nil, "record value is null (a Kafka tombstone)"},
+		{"Empty", []byte{}, "record value is empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, errA := DecodeAttempt(tt.raw, DecodeOptions{})
+			_, errD := DecodeDecision(tt.raw, DecodeOptions{})
+			for _, err := range []error{errA, errD} {
+				inv, ok := AsInvalid(err)
+				if !ok || inv.Reason != ReasonInvalidJSON || inv.Detail != tt.detail {
+					t.Errorf("error = %v, want invalid_json with detail %q", err, tt.detail)
+				}
+			}
+		})
+	}
+}
+
 func TestDecodeAttemptShapes(t *testing.T) {
 	t.Parallel()
 
