@@ -9,6 +9,13 @@
 // its own transaction that locks the intent, re-reads the attempt and re-checks the condition.
 // The scan reads a partial index of UNKNOWN attempts whose deadline is not judged yet, so its
 // cost grows with the due items, not the table.
+//
+// One failing candidate never blocks the others (STYLE.md habit 26): a judgement whose write the
+// database refuses for the attempt's own data (attempt.FailureClass) is rolled back, recorded on
+// the attempt in a short transaction of its own (escalation_failures, escalation_error, and
+// escalation_retry_at on an exponential backoff, which the scan honours), counted, logged at
+// error level, and the round goes on. An outage is never recorded on a candidate: the round
+// stops and is retried whole.
 package escalate
 
 import (
@@ -19,6 +26,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +48,10 @@ type Config struct {
 	Batch int
 	// Store is the attempt store's configuration (topics).
 	Store attempt.Config
+	// RetryInitial and RetryMax shape the backoff after a candidate's judgement failed for its
+	// own data: it is tried again after min(RetryInitial × 2^(failures−1), RetryMax), ±20%
+	// jitter (defaults 10s, 10m).
+	RetryInitial, RetryMax time.Duration
 }
 
 // Escalator raises deadline_exceeded escalations.
@@ -60,7 +72,13 @@ type Metrics struct {
 	Open      *prometheus.GaugeVec   // reason
 	OldestAge prometheus.Gauge
 	Age       prometheus.Histogram
+	// ItemFailures counts candidates set aside for their own data, by stage (escalate) and
+	// error_class (attempt.FailureClasses).
+	ItemFailures *prometheus.CounterVec
 }
+
+// StageEscalate is the escalator's stage label of bookrecon_item_failures_total.
+const StageEscalate = "escalate"
 
 // New returns an escalator; reg may be nil.
 func New(cfg Config, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer) (*Escalator, error) {
@@ -69,6 +87,8 @@ func New(cfg Config, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Regist
 	}
 	cfg.Poll = cmp.Or(cfg.Poll, 250*time.Millisecond)
 	cfg.Batch = cmp.Or(cfg.Batch, 200)
+	cfg.RetryInitial = cmp.Or(cfg.RetryInitial, 10*time.Second)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, 10*time.Minute)
 	if log == nil {
 		log = slog.Default()
 	}
@@ -83,11 +103,17 @@ func New(cfg Config, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Regist
 			Help: "Open escalations, by reason (all services' escalations, read from the database)."}, []string{"reason"}),
 		OldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bookrecon_escalation_oldest_open_age_seconds",
 			Help: "Age in seconds of the oldest open escalation (0 when none)."}),
+		ItemFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_item_failures_total",
+			Help: "Items set aside because the database refused their own data, by stage and error class; each is recorded on its row and retried with backoff."},
+			[]string{"stage", "error_class"}),
 	}
-	reg.MustRegister(e.metrics.Opened, e.metrics.Open, e.metrics.OldestAge)
+	reg.MustRegister(e.metrics.Opened, e.metrics.Open, e.metrics.OldestAge, e.metrics.ItemFailures)
 	for _, r := range attempt.Reasons() {
 		e.metrics.Opened.WithLabelValues(string(r))
 		e.metrics.Open.WithLabelValues(string(r))
+	}
+	for _, c := range attempt.FailureClasses() {
+		e.metrics.ItemFailures.WithLabelValues(StageEscalate, c)
 	}
 	e.minDead = -1
 	for _, name := range cfg.Providers.Names() {
@@ -123,25 +149,30 @@ func (e *Escalator) Run(ctx context.Context) error {
 }
 
 type candidate struct {
-	id             uuid.UUID
-	tenant, intent string
+	id                  uuid.UUID
+	tenant, intent, key string
+	failures            int // escalation_failures so far
 }
 
 // RunOnce judges one batch of UNKNOWN attempts past the shortest deadline and returns how many
-// deadline_exceeded escalations it opened.
+// deadline_exceeded escalations it opened. A candidate that fails for its own data is recorded
+// and set aside until its retry-at; an outage ends the round with the error.
 func (e *Escalator) RunOnce(ctx context.Context) (int, error) {
 	if err := e.observeOpen(ctx); err != nil {
 		return 0, err
 	}
-	rows, err := e.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id FROM booking_attempt
+	// The retry-at condition filters the partial index's rows (booking_attempt_deadline): a
+	// candidate set aside never takes a place in the batch before it is due again.
+	rows, err := e.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id, idempotency_key, escalation_failures FROM booking_attempt
 		WHERE status = 'UNKNOWN' AND NOT deadline_done AND unknown_since <= now() - $1::interval
+			AND (escalation_retry_at IS NULL OR escalation_retry_at <= now())
 		ORDER BY unknown_since LIMIT $2`, fmt.Sprintf("%d microseconds", e.minDead.Microseconds()), e.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("escalate: scan: %w", err)
 	}
 	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
 		var c candidate
-		return c, r.Scan(&c.id, &c.tenant, &c.intent)
+		return c, r.Scan(&c.id, &c.tenant, &c.intent, &c.key, &c.failures)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("escalate: scan: %w", err)
@@ -149,6 +180,12 @@ func (e *Escalator) RunOnce(ctx context.Context) (int, error) {
 	opened := 0
 	for _, c := range cands {
 		ok, err := e.judge(ctx, c)
+		if class := attempt.FailureClass(err); class != "" && ctx.Err() == nil {
+			if err := e.setAside(ctx, c, class, err); err != nil {
+				return opened, err
+			}
+			continue
+		}
 		if err != nil {
 			return opened, err
 		}
@@ -158,6 +195,47 @@ func (e *Escalator) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return opened, nil
+}
+
+// setAside records a judgement that failed for the candidate's own data, in a transaction of its
+// own after the failed one rolled back: one more failure, the error, and the retry-at on the
+// backoff; then counts and logs it. An error here is the database's (an outage).
+func (e *Escalator) setAside(ctx context.Context, c candidate, class string, cause error) error {
+	wait := e.retryAfter(c.failures + 1)
+	var retryAt time.Time
+	err := postgres.WithTx(ctx, e.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `UPDATE booking_attempt SET escalation_failures = escalation_failures + 1,
+			escalation_error = $2, escalation_retry_at = now() + $3::interval WHERE id = $1 RETURNING escalation_retry_at`,
+			c.id, attempt.FailureText(cause), fmt.Sprintf("%d microseconds", wait.Microseconds())).Scan(&retryAt)
+	})
+	if err != nil {
+		return fmt.Errorf("escalate: record the failure of %s/%s: %w", c.tenant, c.key, err)
+	}
+	e.metrics.ItemFailures.WithLabelValues(StageEscalate, class).Inc()
+	e.log.Error("deadline judgement failed for the attempt's own data; set aside, retried with backoff",
+		"attempt_id", c.id, "tenant_id", c.tenant, "idempotency_key", c.key, "failures", c.failures+1,
+		"error_class", class, "retry_at", retryAt.UTC(), "err", cause)
+	return nil
+}
+
+// retryAfter is the backoff after n failures: min(RetryInitial × 2^(n−1), RetryMax) with 20%
+// jitter, from backoff/v4's ExponentialBackOff with every field set and MaxElapsedTime 0.
+func (e *Escalator) retryAfter(n int) time.Duration {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     e.cfg.RetryInitial,
+		RandomizationFactor: 0.2,
+		Multiplier:          2,
+		MaxInterval:         e.cfg.RetryMax,
+		MaxElapsedTime:      0,
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	d := b.NextBackOff()
+	for range n - 1 {
+		d = b.NextBackOff()
+	}
+	return d
 }
 
 // judge re-checks one candidate under its intent lock and escalates it when its deadline passed.
