@@ -184,7 +184,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics.Attempts, cfg.Topics.Decisions),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // an aborted transaction's records are never facts
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // an aborted transaction's records are never facts
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
