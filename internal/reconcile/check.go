@@ -68,11 +68,25 @@ type verdict struct {
 	noCapability bool
 }
 
+// check looks c up and writes the verdict. A failure for the attempt's own data
+// (attempt.FailureClass) is recorded on it and set aside on the backoff (setAside), so it never
+// holds up the round; any other error is returned (an outage: the claim's lease expiry makes the
+// attempt due again).
 func (r *Reconciler) check(ctx context.Context, c Claimed) error {
+	err := r.checkOnce(ctx, c)
+	if class := attempt.FailureClass(err); class != "" && ctx.Err() == nil {
+		a := c.Row
+		return r.setAside(ctx, failedItem{stage: StageCheck, id: a.ID, tenant: a.TenantID, key: a.IdempotencyKey,
+			token: c.Token, status: attempt.StatusUnknown}, class, err)
+	}
+	return err
+}
+
+func (r *Reconciler) checkOnce(ctx context.Context, c Claimed) error {
 	a := c.Row
 	caps, ok := r.cfg.Providers.Get(a.Provider)
 	if !ok {
-		return fmt.Errorf("reconcile: %s: provider %q not in the capability map", a.IdempotencyKey, a.Provider)
+		return fmt.Errorf("reconcile: %s: provider %q not in the capability map: %w", a.IdempotencyKey, a.Provider, attempt.ErrInvalidData)
 	}
 	p := Plan(a, caps)
 	var v verdict
@@ -220,7 +234,7 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 			return err
 		}
 		next := r.nextCheck(a, v)
-		tag, err := tx.Exec(ctx, `UPDATE booking_attempt SET check_count = check_count + 1, next_check_at = $3,
+		tag, err := tx.Exec(ctx, `UPDATE booking_attempt SET check_count = check_count + 1, check_failures = 0, next_check_at = $3,
 			last_lookup_result = nullif($4, ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 			WHERE id = $1 AND lease_token = $2 AND status = 'UNKNOWN'`, a.ID, c.Token, next, string(v.result))
 		if err != nil {

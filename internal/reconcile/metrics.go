@@ -2,7 +2,9 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -28,7 +30,16 @@ type Metrics struct {
 	UnknownCreated *prometheus.CounterVec // timeout_class (stale)
 	Escalations    *prometheus.CounterVec // reason
 	Contradictions prometheus.Counter
+	// ItemFailures counts attempts set aside for their own data, by stage (check, stale_sweep)
+	// and error_class (attempt.FailureClasses).
+	ItemFailures *prometheus.CounterVec
 }
+
+// The reconciler's stage labels of bookrecon_item_failures_total.
+const (
+	StageCheck      = "check"       // a check's verdict write
+	StageStaleSweep = "stale_sweep" // turning a stale IN_PROGRESS attempt UNKNOWN
+)
 
 // NewMetrics registers the reconciler's metrics on reg.
 func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
@@ -57,9 +68,17 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 			Help: "Escalations opened, by reason."}, []string{"reason"}),
 		Contradictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_contradictions_total",
 			Help: "Lookups that contradict a terminal state."}),
+		ItemFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_item_failures_total",
+			Help: "Items set aside because the database refused their own data, by stage and error class; each is recorded on its row and retried with backoff."},
+			[]string{"stage", "error_class"}),
 	}
 	reg.MustRegister(x.Lookups, x.LookupSeconds, x.Claimed, x.ClaimSeconds, x.LeaseLost, x.Resolutions, x.TimeToTerminal,
-		x.UnknownAge, x.OldestUnknown, x.UnknownCreated, x.Escalations, x.Contradictions)
+		x.UnknownAge, x.OldestUnknown, x.UnknownCreated, x.Escalations, x.Contradictions, x.ItemFailures)
+	for _, c := range attempt.FailureClasses() {
+		for _, s := range []string{StageCheck, StageStaleSweep} {
+			x.ItemFailures.WithLabelValues(s, c)
+		}
+	}
 	for _, name := range m.Names() {
 		x.LookupSeconds.WithLabelValues(name)
 		for _, k := range providers.LookupKinds() {
@@ -118,19 +137,24 @@ func (r *Reconciler) observeOldest(ctx context.Context) error {
 // sweepStale turns attempts IN_PROGRESS for longer than InProgressTimeout (from when they were
 // recorded) UNKNOWN, each in its own transaction that locks the intent and re-checks.
 func (r *Reconciler) sweepStale(ctx context.Context) error {
-	cutoff := r.now().Add(-r.cfg.InProgressTimeout)
-	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id FROM booking_attempt
-		WHERE status = 'IN_PROGRESS' AND created_at < $1 ORDER BY created_at LIMIT $2`, cutoff, r.cfg.Batch)
+	now := r.now()
+	cutoff := now.Add(-r.cfg.InProgressTimeout)
+	// next_check_at of an IN_PROGRESS attempt is the retry of a sweep that failed for the
+	// attempt's own data (setAside): until then the attempt is skipped.
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id, idempotency_key, lease_token FROM booking_attempt
+		WHERE status = 'IN_PROGRESS' AND created_at < $1 AND (next_check_at IS NULL OR next_check_at <= $3)
+		ORDER BY created_at LIMIT $2`, cutoff, r.cfg.Batch, now)
 	if err != nil {
 		return fmt.Errorf("reconcile: stale scan: %w", err)
 	}
 	type cand struct {
-		id             uuid.UUID
-		tenant, intent string
+		id                  uuid.UUID
+		tenant, intent, key string
+		token               int64
 	}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
 		var c cand
-		return c, row.Scan(&c.id, &c.tenant, &c.intent)
+		return c, row.Scan(&c.id, &c.tenant, &c.intent, &c.key, &c.token)
 	})
 	if err != nil {
 		return fmt.Errorf("reconcile: stale scan: %w", err)
@@ -153,10 +177,68 @@ func (r *Reconciler) sweepStale(ctx context.Context) error {
 			_, err = at.MarkStale(ctx, a)
 			return err
 		})
+		if class := attempt.FailureClass(err); class != "" && ctx.Err() == nil {
+			f := failedItem{stage: StageStaleSweep, id: c.id, tenant: c.tenant, key: c.key, token: c.token, status: attempt.StatusInProgress}
+			if err := r.setAside(ctx, f, class, err); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		r.metrics.observe(eff)
 	}
+	return nil
+}
+
+// failedItem is the attempt a stage failed on, as the stage saw it: the record is fenced by its
+// lease token and status, so an attempt that moved on meanwhile is not recorded.
+type failedItem struct {
+	stage       string
+	id          uuid.UUID
+	tenant, key string
+	token       int64
+	status      attempt.Status
+}
+
+// setAside records a failure for the attempt's own data, in a short transaction of its own after
+// the failed one rolled back: check_failures + 1, check_error, the lease released, and
+// next_check_at moved on by the backoff (interval(failures)) — the check's schedule, or the stale
+// sweep's retry. It counts and logs it at error level. An error here is the database's.
+func (r *Reconciler) setAside(ctx context.Context, f failedItem, class string, cause error) error {
+	var failures int
+	var next time.Time
+	recorded := false
+	err := postgres.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
+		recorded = false
+		err := tx.QueryRow(ctx, `SELECT check_failures FROM booking_attempt WHERE id = $1 AND lease_token = $2 AND status = $3 FOR UPDATE`,
+			f.id, f.token, string(f.status)).Scan(&failures)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // re-claimed or settled meanwhile: its new owner decides
+		}
+		if err != nil {
+			return err
+		}
+		failures++
+		next = r.now().Add(r.interval(failures))
+		if _, err := tx.Exec(ctx, `UPDATE booking_attempt SET check_failures = $2, check_error = $3, next_check_at = $4,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = $1`, f.id, failures, attempt.FailureText(cause), next); err != nil {
+			return err
+		}
+		recorded = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: record the failure of %s/%s: %w", f.tenant, f.key, err)
+	}
+	if !recorded {
+		r.log.Info("failed attempt moved on meanwhile; failure not recorded", "stage", f.stage, "attempt_id", f.id, "err", cause)
+		return nil
+	}
+	r.metrics.ItemFailures.WithLabelValues(f.stage, class).Inc()
+	r.log.Error("attempt failed for its own data; set aside, retried with backoff", "stage", f.stage,
+		"attempt_id", f.id, "tenant_id", f.tenant, "idempotency_key", f.key, "failures", failures,
+		"error_class", class, "next_check_at", next.UTC(), "err", cause)
 	return nil
 }
