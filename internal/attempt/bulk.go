@@ -150,7 +150,7 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 		b.group[g] = append(b.group[g], a)
 	}
 	rows, err = t.tx.Query(ctx, `SELECT DISTINCT tenant_id, idempotency_key FROM pending_decision
-		WHERE applied_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, keyTenants, keys)
+		WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, keyTenants, keys)
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read kept decisions: %w", err)
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 )
 
 // AnomalyReasons are the escalations that close when ops record a decision on the attempt.
@@ -93,42 +95,90 @@ func (t *Tx) decide(ctx context.Context, a *Row, d events.Decision) (string, err
 }
 
 // ApplyPendingDecisions applies the manual decisions kept for a, in the transaction that made
-// it UNKNOWN or terminal, after that transaction's own effects (DESIGN.md "Contract v1").
+// it UNKNOWN or terminal, after that transaction's own effects (DESIGN.md "Contract v1"), each
+// under a savepoint. One that fails for its own data (FailureClass) rolls back to its savepoint,
+// is marked failed with its reason (never applied later: ops re-send it once the cause is
+// fixed) and reported in DecisionsFailed; the transaction goes on and commits a's own
+// transition. Any other error is returned: the whole transaction fails, to be retried.
 func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
-	rows, err := t.tx.Query(ctx, `SELECT decision FROM pending_decision
-		WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL ORDER BY seq FOR UPDATE`,
+	rows, err := t.tx.Query(ctx, `SELECT event_id, decision FROM pending_decision
+		WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL AND failed_at IS NULL ORDER BY seq FOR UPDATE`,
 		a.TenantID, a.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("attempt: pending decisions: %w", err)
 	}
-	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Decision, error) {
-		var b []byte
-		var d events.Decision
-		if err := r.Scan(&b); err != nil {
-			return d, err
-		}
-		return d, json.Unmarshal(b, &d)
+	type kept struct {
+		eventID string
+		raw     []byte
+	}
+	ks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kept, error) {
+		var k kept
+		return k, r.Scan(&k.eventID, &k.raw)
 	})
 	if err != nil {
 		return fmt.Errorf("attempt: pending decisions: %w", err)
 	}
-	for _, d := range ds {
-		cur, err := t.ByID(ctx, a.ID)
-		if err != nil {
+	for _, k := range ks {
+		inner := &Tx{cfg: t.cfg, Effects: t.Effects.clone()}
+		err := postgres.Savepoint(ctx, t.tx, func(sp pgx.Tx) error {
+			inner.tx = sp
+			return inner.applyKept(ctx, a, k.eventID, k.raw)
+		})
+		if err == nil {
+			t.Effects = inner.Effects
+			continue
+		}
+		class := FailureClass(err)
+		if class == "" || ctx.Err() != nil {
 			return err
 		}
-		if cur.BookingIntentID != d.BookingIntentID {
-			err = t.rejectDecision(ctx, cur, d)
-		} else {
-			_, err = t.decide(ctx, cur, d)
+		if _, err := t.tx.Exec(ctx, `UPDATE pending_decision SET failed_at = now(), failure_reason = $4
+			WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3`, a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)); err != nil {
+			return fmt.Errorf("attempt: mark decision %s failed: %w", k.eventID, err)
 		}
-		if err != nil {
-			return err
-		}
-		if _, err := t.tx.Exec(ctx, `UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3`,
-			d.TenantID, d.IdempotencyKey, d.EventID); err != nil {
-			return err
-		}
+		t.DecisionsFailed = append(t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
+			IdempotencyKey: a.IdempotencyKey, EventID: k.eventID, Class: class, Err: err})
 	}
 	return nil
+}
+
+// applyKept applies one kept decision (raw, as stored) to a's current state and marks it applied.
+func (t *Tx) applyKept(ctx context.Context, a *Row, eventID string, raw []byte) error {
+	var d events.Decision
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("attempt: kept decision %s: %w: %w", eventID, ErrInvalidData, err)
+	}
+	cur, err := t.ByID(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	if cur.BookingIntentID != d.BookingIntentID {
+		err = t.rejectDecision(ctx, cur, d)
+	} else {
+		_, err = t.decide(ctx, cur, d)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := t.tx.Exec(ctx, `UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3`,
+		a.TenantID, a.IdempotencyKey, eventID); err != nil {
+		return fmt.Errorf("attempt: mark decision %s applied: %w", eventID, err)
+	}
+	return nil
+}
+
+// FailedDecision is a kept manual decision that failed to apply for its own data and was marked
+// failed (pending_decision.failed_at) by the transaction that settled its attempt.
+type FailedDecision struct {
+	AttemptID                         uuid.UUID
+	TenantID, IdempotencyKey, EventID string
+	Class                             string // FailureClass, a metric label
+	Err                               error
+}
+
+// LogArgs are the slog key-value pairs that name the decision and its failure (no personal
+// data), for the error-level line its service logs after the commit.
+func (d FailedDecision) LogArgs() []any {
+	return []any{"attempt_id", d.AttemptID, "tenant_id", d.TenantID, "idempotency_key", d.IdempotencyKey,
+		"decision_event_id", d.EventID, "error_class", d.Class, "err", d.Err}
 }

@@ -3,6 +3,7 @@ package attempt_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/query"
 )
 
 var cfg = &attempt.Config{Policies: map[string]attempt.Policy{"sim-hotels": {Lookups: []string{"client_reference"}, MaxVersions: 3}}}
@@ -116,5 +118,142 @@ func TestKeptDecisionsApplyInArrivalOrder(t *testing.T) {
 	}
 	if status != "CONFIRMED" || source != "manual" || ref != "HTL-1" || resolutions != 2 {
 		t.Fatalf("attempt %s/%s/%s with %d resolutions; want CONFIRMED/manual/HTL-1 with 2 (FAILED, then the correction)", status, source, ref, resolutions)
+	}
+}
+
+// poisonDecision makes the audit row of decision eventID fail with SQLSTATE code (23514: the
+// decision's own data refused; 53300: the database's resources, an outage).
+func poisonDecision(t *testing.T, pool *pgxpool.Pool, eventID, code string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'poisoned decision' USING ERRCODE = '%s'; END $$`, code)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TRIGGER poison BEFORE INSERT ON attempt_transition FOR EACH ROW
+		WHEN (NEW.event_id = '%s') EXECUTE FUNCTION poison()`, eventID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepTwo starts bi_1 (IN_PROGRESS) and keeps two decisions for it: FAILED (d-bad), then
+// CONFIRMED HTL-1 (d-good).
+func keepTwo(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	start := `,"request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}},"recovery":{"clientReference":"cr"}`
+	inTx(t, pool, func(at *attempt.Tx) error {
+		_, err := at.ApplyEvent(ctx, event(t, "attempt.started", "e1", "bi_1", "book:bi_1:v1", "BOOK", start), nil)
+		return err
+	})
+	inTx(t, pool, func(at *attempt.Tx) error {
+		for _, d := range []events.Decision{
+			decision(t, "d-bad", "bi_1", "book:bi_1:v1", "FAILED", ""),
+			decision(t, "d-good", "bi_1", "book:bi_1:v1", "CONFIRMED", "HTL-1"),
+		} {
+			if o, err := at.ApplyDecision(ctx, d); err != nil || o != attempt.DecisionKept {
+				return fmt.Errorf("decision %s: %s, %v; want kept", d.EventID, o, err)
+			}
+		}
+		return nil
+	})
+}
+
+const unknownOutcome = `,"outcome":{"timeoutClass":"read_timeout"}`
+
+// TestKeptDecisionThatFailsIsMarkedFailed: of two decisions kept for an attempt, the first
+// fails to apply (its audit row refused, 23514) in the transaction that turns the attempt
+// UNKNOWN. That transaction rolls the decision back to its savepoint and commits: the attempt's
+// own transition, the second decision (CONFIRMED by manual, one resolution), and the first
+// marked failed with its reason, reported in Effects and listed by query.History; its effects
+// are not counted. A later settlement does not apply it.
+func TestKeptDecisionThatFailsIsMarkedFailed(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	keepTwo(t, pool)
+	poisonDecision(t, pool, "d-bad", "23514")
+	var eff attempt.Effects
+	inTx(t, pool, func(at *attempt.Tx) error {
+		_, err := at.ApplyEvent(ctx, event(t, "attempt.outcome_unknown", "e2", "bi_1", "book:bi_1:v1", "BOOK", unknownOutcome), nil)
+		eff = at.Effects
+		return err
+	})
+	var status, source, ref string
+	var transitions, resolutions int
+	if err := pool.QueryRow(ctx, `SELECT status, coalesce(resolution_source, ''), coalesce(provider_reference, ''),
+		(SELECT count(*) FROM attempt_transition), (SELECT count(*) FROM outbox WHERE topic = $1) FROM booking_attempt`, events.TopicResolutions).
+		Scan(&status, &source, &ref, &transitions, &resolutions); err != nil {
+		t.Fatal(err)
+	}
+	if status != "CONFIRMED" || source != "manual" || ref != "HTL-1" || transitions != 3 || resolutions != 1 {
+		t.Fatalf("attempt %s/%s/%s, %d transitions, %d resolutions; want CONFIRMED/manual/HTL-1, 3 (start, UNKNOWN, the good decision), 1",
+			status, source, ref, transitions, resolutions)
+	}
+	type kept struct {
+		EventID, Reason string
+		Applied, Failed bool
+	}
+	readKept := func() []kept {
+		rows, err := pool.Query(ctx, `SELECT event_id, coalesce(failure_reason, ''), applied_at IS NOT NULL, failed_at IS NOT NULL
+			FROM pending_decision ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kept, error) {
+			var k kept
+			return k, r.Scan(&k.EventID, &k.Reason, &k.Applied, &k.Failed)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	ks := readKept()
+	if len(ks) != 2 || ks[0].EventID != "d-bad" || !ks[0].Failed || ks[0].Applied || !strings.Contains(ks[0].Reason, "poisoned decision (SQLSTATE 23514)") ||
+		ks[1].EventID != "d-good" || ks[1].Failed || !ks[1].Applied || ks[1].Reason != "" {
+		t.Fatalf("kept decisions %+v; want d-bad failed with the trigger's reason, d-good applied", ks)
+	}
+	if len(eff.DecisionsFailed) != 1 || eff.DecisionsFailed[0].EventID != "d-bad" || eff.DecisionsFailed[0].TenantID != "t" ||
+		eff.DecisionsFailed[0].IdempotencyKey != "book:bi_1:v1" || eff.DecisionsFailed[0].Class != "integrity_constraint_violation" {
+		t.Fatalf("Effects.DecisionsFailed = %+v; want d-bad, integrity_constraint_violation", eff.DecisionsFailed)
+	}
+	if eff.DecisionsApplied != 1 || len(eff.Resolutions) != 1 || eff.Resolutions[[2]string{"manual", "CONFIRMED"}] != 1 {
+		t.Fatalf("effects applied %d, resolutions %v; want 1, manual/CONFIRMED 1 (the failed decision's rolled back)", eff.DecisionsApplied, eff.Resolutions)
+	}
+	h, err := query.History(ctx, pool, "t", "book:bi_1:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.FailedDecisions) != 1 || h.FailedDecisions[0].EventID != "d-bad" || h.FailedDecisions[0].Decision != "FAILED" ||
+		h.FailedDecisions[0].Actor != "ops.1" || !strings.Contains(h.FailedDecisions[0].FailureReason, "poisoned decision") {
+		t.Fatalf("History.FailedDecisions = %+v; want d-bad", h.FailedDecisions)
+	}
+}
+
+// TestKeptDecisionOutageFailsTheTransaction: a kept decision whose application meets an outage
+// (53300, the database's resources) is not marked failed: the whole transaction fails, and the
+// attempt and its decisions stay as they were, to be retried.
+func TestKeptDecisionOutageFailsTheTransaction(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	keepTwo(t, pool)
+	poisonDecision(t, pool, "d-bad", "53300")
+	err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := attempt.NewTx(tx, cfg).ApplyEvent(ctx, event(t, "attempt.outcome_unknown", "e2", "bi_1", "book:bi_1:v1", "BOOK", unknownOutcome), nil)
+		return err
+	})
+	if postgres.SQLState(err) != "53300" {
+		t.Fatalf("ApplyEvent = %v, want the 53300", err)
+	}
+	var status string
+	var failed, applied int
+	if err := pool.QueryRow(ctx, `SELECT status, (SELECT count(*) FROM pending_decision WHERE failed_at IS NOT NULL),
+		(SELECT count(*) FROM pending_decision WHERE applied_at IS NOT NULL) FROM booking_attempt`).Scan(&status, &failed, &applied); err != nil {
+		t.Fatal(err)
+	}
+	if status != "IN_PROGRESS" || failed != 0 || applied != 0 {
+		t.Fatalf("after the outage: %s, %d failed, %d applied; want IN_PROGRESS, 0, 0", status, failed, applied)
 	}
 }

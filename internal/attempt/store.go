@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,6 +94,8 @@ type Effects struct {
 	UnknownAges        []float64 // seconds UNKNOWN, for attempts settled from UNKNOWN
 	DecisionsApplied   int
 	DecisionsKept      int
+	// DecisionsFailed are the kept decisions this transaction marked failed.
+	DecisionsFailed []FailedDecision
 }
 
 // TerminalTiming is the time from an attempt's first record to its terminal state.
@@ -108,6 +112,20 @@ func (e *Effects) init() {
 		e.EscalationsOpened = map[Reason]int{}
 		e.EscalationsClosed = map[Reason]int{}
 	}
+}
+
+// clone copies e, maps and slices included: the effects to restore when a savepoint rolls back.
+func (e *Effects) clone() Effects {
+	c := *e
+	c.Created = maps.Clone(e.Created)
+	c.UnknownByClass = maps.Clone(e.UnknownByClass)
+	c.Resolutions = maps.Clone(e.Resolutions)
+	c.EscalationsOpened = maps.Clone(e.EscalationsOpened)
+	c.EscalationsClosed = maps.Clone(e.EscalationsClosed)
+	c.TimeToTerminal = slices.Clone(e.TimeToTerminal)
+	c.UnknownAges = slices.Clone(e.UnknownAges)
+	c.DecisionsFailed = slices.Clone(e.DecisionsFailed)
+	return c
 }
 
 // Row is a booking_attempt row as the state machine needs it.

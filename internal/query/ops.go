@@ -161,20 +161,31 @@ type Attempt struct {
 	NextCheckAt       *time.Time     `json:"nextCheckAt"`
 	LastLookupResult  string         `json:"lastLookupResult,omitempty"`
 	BlindRetry        bool           `json:"blindRetry"`
+	// The failures recorded on the attempt for its own data: the escalator's deadline judgement
+	// (retried at EscalationRetryAt) and the reconciler's consecutive failed checks (retried at
+	// NextCheckAt), each with its last error.
+	EscalationFailures int        `json:"escalationFailures,omitempty"`
+	EscalationError    string     `json:"escalationError,omitempty"`
+	EscalationRetryAt  *time.Time `json:"escalationRetryAt,omitempty"`
+	CheckFailures      int        `json:"checkFailures,omitempty"`
+	CheckError         string     `json:"checkError,omitempty"`
 }
 
 const attemptColumns = `id, tenant_id, booking_intent_id, operation, subject, operation_version, idempotency_key, provider,
 	status, coalesce(resolution_source, ''), coalesce(provider_reference, ''), coalesce(failure_code, ''), retryable,
 	coalesce(timeout_class, ''), coalesce(client_reference, ''), created_at, unknown_since, terminal_at, check_count,
-	next_check_at, coalesce(last_lookup_result, ''), blind_retry`
+	next_check_at, coalesce(last_lookup_result, ''), blind_retry, escalation_failures, coalesce(escalation_error, ''),
+	escalation_retry_at, check_failures, coalesce(check_error, '')`
 
 func scanAttempt(r pgx.Row) (Attempt, error) {
 	var a Attempt
 	err := r.Scan(&a.ID, &a.TenantID, &a.BookingIntentID, &a.Operation, &a.Subject, &a.Version, &a.IdempotencyKey,
 		&a.Provider, &a.Status, &a.ResolutionSource, &a.ProviderReference, &a.FailureCode, &a.Retryable,
 		&a.TimeoutClass, &a.ClientReference, &a.CreatedAt, &a.UnknownSince, &a.TerminalAt, &a.CheckCount,
-		&a.NextCheckAt, &a.LastLookupResult, &a.BlindRetry)
+		&a.NextCheckAt, &a.LastLookupResult, &a.BlindRetry, &a.EscalationFailures, &a.EscalationError,
+		&a.EscalationRetryAt, &a.CheckFailures, &a.CheckError)
 	a.CreatedAt, a.UnknownSince, a.TerminalAt, a.NextCheckAt = a.CreatedAt.UTC(), utc(a.UnknownSince), utc(a.TerminalAt), utc(a.NextCheckAt)
+	a.EscalationRetryAt = utc(a.EscalationRetryAt)
 	return a, err
 }
 
@@ -200,10 +211,26 @@ type Transition struct {
 type AttemptHistory struct {
 	Attempt     Attempt      `json:"attempt"`
 	Transitions []Transition `json:"transitions"`
+	// FailedDecisions are the manual decisions kept for the attempt that failed to apply.
+	FailedDecisions []FailedDecision `json:"failedDecisions,omitempty"`
 }
 
-// History returns the attempt (tenant, idempotency key) and every attempt_transition row of it
-// in order. ErrNotFound when there is no such attempt.
+// FailedDecision is a manual decision kept for an attempt that failed to apply for its own data
+// in the transaction that settled the attempt (pending_decision.failed_at): that transaction
+// committed without it, and it is never applied later; ops re-send the decision once the cause
+// is fixed.
+type FailedDecision struct {
+	EventID           string    `json:"eventId"`
+	Decision          string    `json:"decision"`
+	ProviderReference string    `json:"providerReference,omitempty"`
+	Actor             string    `json:"actor"`
+	KeptAt            time.Time `json:"keptAt"`
+	FailedAt          time.Time `json:"failedAt"`
+	FailureReason     string    `json:"failureReason"`
+}
+
+// History returns the attempt (tenant, idempotency key), every attempt_transition row of it in
+// order, and its failed decisions. ErrNotFound when there is no such attempt.
 func History(ctx context.Context, db DB, tenantID, key string) (AttemptHistory, error) {
 	a, err := scanAttempt(db.QueryRow(ctx, `SELECT `+attemptColumns+` FROM booking_attempt
 		WHERE tenant_id = $1 AND idempotency_key = $2`, tenantID, key))
@@ -217,7 +244,25 @@ func History(ctx context.Context, db DB, tenantID, key string) (AttemptHistory, 
 	if err != nil {
 		return AttemptHistory{}, err
 	}
-	return AttemptHistory{Attempt: a, Transitions: ts}, nil
+	rows, err := db.Query(ctx, `SELECT event_id, coalesce(decision->>'decision', ''), coalesce(decision->>'providerReference', ''),
+		coalesce(decision->>'actor', ''), created_at, failed_at, coalesce(failure_reason, '')
+		FROM pending_decision WHERE tenant_id = $1 AND idempotency_key = $2 AND failed_at IS NOT NULL ORDER BY seq`, tenantID, key)
+	if err != nil {
+		return AttemptHistory{}, fmt.Errorf("query: failed decisions of %s/%s: %w", tenantID, key, err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailedDecision, error) {
+		var f FailedDecision
+		err := r.Scan(&f.EventID, &f.Decision, &f.ProviderReference, &f.Actor, &f.KeptAt, &f.FailedAt, &f.FailureReason)
+		f.KeptAt, f.FailedAt = f.KeptAt.UTC(), f.FailedAt.UTC()
+		return f, err
+	})
+	if err != nil {
+		return AttemptHistory{}, fmt.Errorf("query: failed decisions of %s/%s: %w", tenantID, key, err)
+	}
+	if len(fs) == 0 {
+		fs = nil // none: left out of the JSON
+	}
+	return AttemptHistory{Attempt: a, Transitions: ts, FailedDecisions: fs}, nil
 }
 
 func transitions(ctx context.Context, db DB, attemptID uuid.UUID) ([]Transition, error) {
