@@ -273,7 +273,7 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 		r.log.Info("lease lost; verdict dropped", "attempt_id", c.Row.ID, "token", c.Token)
 		return nil
 	}
-	r.metrics.observe(eff)
+	r.observe(eff)
 	return nil
 }
 

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -277,5 +279,65 @@ func TestCheckOutageIsNotTheAttemptsFailure(t *testing.T) {
 	}
 	if r := readRow(t, ctx, admin, s.Tenant, s.Key()); r.Status != "CONFIRMED" {
 		t.Fatalf("after the outage: %s, want CONFIRMED", r.Status)
+	}
+}
+
+// TestKeptDecisionFailingInTheSweep: a decision kept for an attempt stuck IN_PROGRESS fails to
+// apply (its audit row refused) when the stale sweep turns the attempt UNKNOWN: the sweep
+// commits, the decision is marked failed, counted (stage decision) and logged at error level.
+func TestKeptDecisionFailingInTheSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	m := mapPath(t)
+	scfg := storeConfig(m)
+	s := attemptSpec{Tenant: "t_fail", Intent: "bi_kept", Provider: "sim-hotels", ClientRef: "cr_kept", Traveller: "tr", Stay: hotelStay(90)}
+	applyEvent(t, ctx, pool, scfg, s.Started(time.Now().UTC()))
+	d, err := events.DecodeDecision(mustJSON(map[string]any{"specVersion": 1, "eventId": "dec_kept", "eventType": "decision.recorded",
+		"occurredAt": time.Now().UTC().Format(time.RFC3339Nano), "tenantId": s.Tenant, "bookingIntentId": s.Intent,
+		"idempotencyKey": s.Key(), "decision": "FAILED", "actor": "ops.1", "reason": "checked"}), events.DecodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := attempt.NewTx(tx, scfg).ApplyDecision(ctx, d)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id := readRow(t, ctx, pool, s.Tenant, s.Key()).ID
+	poisonTransitions(t, pool, id, "manual")
+	clk := newStepClock(time.Now().UTC().Truncate(time.Millisecond).Add(2 * time.Minute))
+	cfg := demoConfig(m)
+	cfg.InProgressTimeout = time.Minute
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	rec, err := reconcile.New(cfg, pool, startSim(t, newSim(simulator.Truth{}, m, clk, 1, simulator.Faults{}), clk),
+		slog.New(slog.NewJSONHandler(&logs, nil)), reg, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var failed int
+	var reason string
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE failed_at IS NOT NULL AND applied_at IS NULL), coalesce(max(failure_reason), '')
+		FROM pending_decision`).Scan(&failed, &reason); err != nil {
+		t.Fatal(err)
+	}
+	// The sweep's own transition committed (the same round then checked the attempt: not found).
+	r := readRow(t, ctx, pool, s.Tenant, s.Key())
+	tr := transitions(t, ctx, pool, id)
+	if len(tr) < 2 || tr[1].From != "IN_PROGRESS" || tr[1].To != "UNKNOWN" || tr[1].Note != "stale_in_progress" || r.Source == "manual" ||
+		failed != 1 || !strings.Contains(reason, "poisoned transition (SQLSTATE 23514)") {
+		t.Fatalf("after the sweep: %s by %q, transitions %+v, %d failed decisions (%q); want the stale transition, not the decision, and the decision failed with the trigger's error",
+			r.Status, r.Source, tr, failed, reason)
+	}
+	if got := metricWith(t, reg, "bookrecon_item_failures_total", map[string]string{"stage": "decision", "error_class": "integrity_constraint_violation"}); got != 1 {
+		t.Fatalf("decision failures = %v, want 1", got)
+	}
+	if lines := errorLogs(t, &logs); len(lines) != 1 || lines[0]["decision_event_id"] != "dec_kept" || lines[0]["attempt_id"] != id.String() {
+		t.Fatalf("error lines %v; want one naming the decision and its attempt", lines)
 	}
 }

@@ -39,6 +39,7 @@ type Metrics struct {
 const (
 	StageCheck      = "check"       // a check's verdict write
 	StageStaleSweep = "stale_sweep" // turning a stale IN_PROGRESS attempt UNKNOWN
+	StageDecision   = "decision"    // a kept manual decision applied by a verdict or the sweep
 )
 
 // NewMetrics registers the reconciler's metrics on reg.
@@ -75,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 	reg.MustRegister(x.Lookups, x.LookupSeconds, x.Claimed, x.ClaimSeconds, x.LeaseLost, x.Resolutions, x.TimeToTerminal,
 		x.UnknownAge, x.OldestUnknown, x.UnknownCreated, x.Escalations, x.Contradictions, x.ItemFailures)
 	for _, c := range attempt.FailureClasses() {
-		for _, s := range []string{StageCheck, StageStaleSweep} {
+		for _, s := range []string{StageCheck, StageStaleSweep, StageDecision} {
 			x.ItemFailures.WithLabelValues(s, c)
 		}
 	}
@@ -117,6 +118,18 @@ func (x *Metrics) observe(e *attempt.Effects) {
 		x.Escalations.WithLabelValues(string(r)).Add(float64(n))
 	}
 	x.Contradictions.Add(float64(e.Contradictions))
+	for _, d := range e.DecisionsFailed {
+		x.ItemFailures.WithLabelValues(StageDecision, d.Class).Inc()
+	}
+}
+
+// observe adds one committed transaction's effects to the metrics and logs, at error level, the
+// kept decisions it marked failed.
+func (r *Reconciler) observe(e *attempt.Effects) {
+	r.metrics.observe(e)
+	for _, d := range e.DecisionsFailed {
+		r.log.Error("kept manual decision failed to apply; marked failed, the attempt's own transition committed", d.LogArgs()...)
+	}
 }
 
 // observeOldest sets the oldest-UNKNOWN gauge.
@@ -187,7 +200,7 @@ func (r *Reconciler) sweepStale(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.metrics.observe(eff)
+		r.observe(eff)
 	}
 	return nil
 }
