@@ -61,6 +61,7 @@ type Collector struct {
 	lag    *prometheus.Desc
 	back   *prometheus.Desc
 	oldest *prometheus.Desc
+	aside  *prometheus.Desc
 	over   *prometheus.Desc
 	errs   *prometheus.CounterVec
 
@@ -80,6 +81,8 @@ func New(cfg Config) *Collector {
 			[]string{"group", "topic", "partition"}, nil),
 		back: prometheus.NewDesc("bookrecon_outbox_backlog_records",
 			"Outbox rows not yet published to Kafka.", nil, nil),
+		aside: prometheus.NewDesc("bookrecon_outbox_set_aside_records",
+			"Outbox rows the relay set aside after a record error (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD), waiting for `bookrecon outbox retry` or `discard`; their keys' later rows wait.", nil, nil),
 		oldest: prometheus.NewDesc("bookrecon_outbox_oldest_age_seconds",
 			"Age in seconds of the oldest unpublished outbox row (0 when none).", nil, nil),
 		over: prometheus.NewDesc("bookrecon_unknown_overdue_records",
@@ -98,6 +101,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lag
 	ch <- c.back
 	ch <- c.oldest
+	ch <- c.aside
 	ch <- c.over
 	c.errs.Describe(ch)
 }
@@ -138,6 +142,11 @@ func (c *Collector) collect(ctx context.Context) []prometheus.Metric {
 		} else {
 			ms = append(ms, prometheus.MustNewConstMetric(c.back, prometheus.GaugeValue, float64(n)),
 				prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age.Seconds()))
+		}
+		if n, err := outbox.CountSetAside(ctx, c.cfg.Pool); err != nil {
+			c.errs.WithLabelValues(SourceOutbox).Inc()
+		} else {
+			ms = append(ms, prometheus.MustNewConstMetric(c.aside, prometheus.GaugeValue, float64(n)))
 		}
 	}
 	if c.cfg.Pool != nil && c.cfg.Providers != nil {

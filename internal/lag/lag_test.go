@@ -68,9 +68,12 @@ func TestCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two unpublished outbox rows (one 90 s old), one published.
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox (topic, value, event_id, created_at, published_at) VALUES
-		('t', 'v', 'e1', now() - interval '90 seconds', NULL), ('t', 'v', 'e2', now(), NULL), ('t', 'v', 'e3', now() - interval '1 hour', now())`); err != nil {
+	// Three pending outbox rows (one 90 s old, one set aside), one published, one set aside and
+	// then discarded.
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox (topic, value, event_id, created_at, published_at, set_aside_at, discarded_at, discard_reason) VALUES
+		('t', 'v', 'e1', now() - interval '90 seconds', NULL, NULL, NULL, NULL), ('t', 'v', 'e2', now(), NULL, NULL, NULL, NULL),
+		('t', 'v', 'e3', now() - interval '1 hour', now(), NULL, NULL, NULL), ('t', 'v', 'e4', now(), NULL, now(), NULL, NULL),
+		('t', 'v', 'e5', now() - interval '2 hours', NULL, now(), now(), 'test')`); err != nil {
 		t.Fatal(err)
 	}
 	// UNKNOWN attempts: overdue (fast BOOK 10m, UNKNOWN 20m), within its deadline (fast REFUND
@@ -120,7 +123,7 @@ func TestCollector(t *testing.T) {
 	}
 	want := map[string]float64{
 		"bookrecon_consumer_lag_records/0": 3, "bookrecon_consumer_lag_records/1": 0, "bookrecon_consumer_lag_records/2": 2,
-		"bookrecon_outbox_backlog_records": 2, "bookrecon_unknown_overdue_records": 1,
+		"bookrecon_outbox_backlog_records": 3, "bookrecon_outbox_set_aside_records": 1, "bookrecon_unknown_overdue_records": 1,
 		"bookrecon_lag_errors_total/kafka": 0, "bookrecon_lag_errors_total/outbox": 0, "bookrecon_lag_errors_total/overdue": 0,
 	}
 	for k, w := range want {

@@ -637,6 +637,18 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// CountSetAside returns the number of set-aside rows, for the bookrecon_outbox_set_aside_records
+// gauge.
+func CountSetAside(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox
+		WHERE set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: count set aside: %w", err)
+	}
+	return n, nil
+}
+
 // Backlog returns the number of unpublished rows and the age of the oldest, for the
 // bookrecon_outbox_backlog metrics.
 func Backlog(ctx context.Context, pool *pgxpool.Pool) (int64, time.Duration, error) {

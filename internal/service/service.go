@@ -32,6 +32,9 @@ type Config struct {
 	Brokers     []string
 	AdminAddr   string
 	MaxDBConns  int32
+	// OutputTopics are the topics the service's relay publishes to (its metric series are
+	// pre-created).
+	OutputTopics []string
 }
 
 // Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
@@ -52,10 +55,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stop()
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Config: outbox.RelayConfig{LockKey: outbox.LockKey}}
+	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Metrics: outbox.NewRelayMetrics(reg, cfg.OutputTopics),
+		Config: outbox.RelayConfig{LockKey: outbox.LockKey}}
 	wg.Go(func() { _ = relay.Run(bg) })
 	wg.Go(func() {
-		ready := func(ctx context.Context) error { return pool.Ping(ctx) }
+		ready := func(ctx context.Context) error {
+			if err := relay.Ready(); err != nil {
+				return err
+			}
+			return pool.Ping(ctx)
+		}
 		if err := telemetry.Serve(bg, cfg.AdminAddr, reg, ready, log, nil); err != nil {
 			log.Error("admin server", "err", err)
 		}
