@@ -30,7 +30,7 @@ type Metrics struct {
 	UnknownCreated *prometheus.CounterVec // timeout_class (stale)
 	Escalations    *prometheus.CounterVec // reason
 	Contradictions prometheus.Counter
-	// ItemFailures counts attempts set aside for their own data, by stage (check, stale_sweep)
+	// ItemFailures counts items set aside for their own data, by stage (check, stale_sweep, decision)
 	// and error_class (attempt.FailureClasses).
 	ItemFailures *prometheus.CounterVec
 }
