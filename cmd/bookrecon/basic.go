@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/publish"
@@ -19,11 +19,9 @@ import (
 	"github.com/bookrecon/bookrecon/migrations"
 )
 
-var allTopics = []string{events.TopicAttempts, events.TopicAttemptsDLQ, events.TopicManualDecisions,
-	events.TopicManualDecisionsDLQ, events.TopicResolutions, events.TopicEscalations}
-
 type topicsCmd struct {
 	ReplicationFactor int16 `default:"1" help:"Replication factor (1 for the local single-node broker)."`
+	topics.Flags
 }
 
 func (c *topicsCmd) Run(ctx context.Context, g *Globals) error {
@@ -32,10 +30,11 @@ func (c *topicsCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	if err := topics.Ensure(ctx, kadm.NewClient(cl), c.ReplicationFactor, allTopics...); err != nil {
+	names := c.Flags.Names().All()
+	if err := topics.Ensure(ctx, kadm.NewClient(cl), c.ReplicationFactor, names...); err != nil {
 		return err
 	}
-	for _, t := range allTopics {
+	for _, t := range names {
 		fmt.Printf("topic %s (%d partitions)\n", t, topics.Partitions)
 	}
 	return nil
@@ -59,10 +58,11 @@ func (migrateCmd) Run(ctx context.Context, g *Globals) error {
 
 type publishCmd struct {
 	File      string `arg:"" type:"existingfile" help:"JSONL file, one record per line."`
-	Topic     string `default:"booking.attempts.v1" help:"Target topic."`
+	Topic     string `help:"Target topic (default the attempts topic: booking.attempts.v1, with the topic suffix if one is set)."`
 	Paced     bool   `help:"Publish each record at its rebased occurredAt (the sample replay); default: all at once."`
 	NoRebase  bool   `help:"Keep occurredAt as written instead of shifting the first record to now."`
 	EpochFrom string `type:"existingfile" placeholder:"JSONL" help:"Rebase by the first occurredAt of this file instead of FILE's own, to replay two files on one timeline (the manual decisions beside the attempts)."`
+	topics.Flags
 }
 
 // Validate refuses contradictory flags (a usage error: exit 80).
@@ -74,6 +74,7 @@ func (c *publishCmd) Validate() error {
 }
 
 func (c *publishCmd) Run(ctx context.Context, g *Globals) error {
+	c.Topic = cmp.Or(c.Topic, c.Flags.Names().Attempts)
 	return c.run(ctx, g.KafkaBrokers, os.Stdout, time.Now())
 }
 

@@ -26,6 +26,7 @@ type demoCmd struct {
 	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default ../shared/samples beside the repository)."`
 	Database string `default:"bookrecon_demo" help:"Database the demo drops and recreates for its run (must end in _demo)."`
 	Log      string `default:".stack/demo.log" help:"Where the services' JSON logs go."`
+	topics.Flags
 }
 
 // Validate refuses a database the demo must not drop (a usage error: exit 80).
@@ -62,8 +63,9 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	adm := kadm.NewClient(cl)
 	_, _ = adm.DeleteGroups(ctx, kafka.GroupIngester)
-	fmt.Println("recreating topics", allTopics)
-	err = topics.Recreate(ctx, adm, 1, allTopics...)
+	tp := c.Flags.Names()
+	fmt.Println("recreating topics", tp.All())
+	err = topics.Recreate(ctx, adm, 1, tp.All()...)
 	cl.Close()
 	if err != nil {
 		return err
@@ -79,7 +81,7 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Printf("bookrecon demo: samples %s, database %s, logs %s\n", dir, c.Database, c.Log)
 	fmt.Println("publishing samples/attempts.jsonl rebased to now (about 82s); the report comes at 125s")
 	res, err := demo.Run(ctx, demo.Options{
-		Brokers: g.KafkaBrokers, DatabaseURL: dbURL, SamplesDir: dir, Out: os.Stdout, Live: live,
+		Brokers: g.KafkaBrokers, DatabaseURL: dbURL, SamplesDir: dir, Topics: tp, Out: os.Stdout, Live: live,
 		Logger: demoLogger(logf),
 	})
 	if err != nil {

@@ -9,10 +9,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/check"
-	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -28,7 +28,8 @@ type loadgenCmd struct {
 	KeyConflict  float64       `default:"0.01" help:"Share of key conflicts."`
 	BlindRetry   float64       `default:"0.01" help:"Share of blind retries."`
 	Redeliveries float64       `default:"0.05" help:"Share of records published twice."`
-	Publish      bool          `help:"Also publish the records to booking.attempts.v1 as fast as the broker takes them."`
+	Publish      bool          `help:"Also publish the records to the attempts topic as fast as the broker takes them."`
+	topics.Flags
 }
 
 func (c *loadgenCmd) mix() loadgen.Mix {
@@ -63,9 +64,9 @@ func (c *loadgenCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	start := time.Now()
+	start, topic := time.Now(), c.Flags.Names().Attempts
 	for i, r := range out.Records {
-		cl.Produce(ctx, &kgo.Record{Topic: ingest.DefaultTopics().Attempts, Key: out.Keys[i], Value: r}, nil)
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: out.Keys[i], Value: r}, nil)
 	}
 	if err := cl.Flush(ctx); err != nil {
 		return err
@@ -78,6 +79,7 @@ type checkCmd struct {
 	Input     string `required:"" help:"Folder written by loadgen (attempts.jsonl, provider-truth.json, expected.json)."`
 	Providers string `env:"BOOKRECON_PROVIDERS" type:"existingfile" help:"Capability map, for the deadlines."`
 	Group     string `default:"bookrecon-ingester" help:"The ingester's consumer group."`
+	topics.Flags
 }
 
 func (c *checkCmd) Run(ctx context.Context, g *Globals) error {
@@ -96,8 +98,8 @@ func (c *checkCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	topics := ingest.DefaultTopics()
-	rep, err := check.Run(ctx, pool, g.KafkaBrokers, topics, check.Input{Run: in, Providers: m, Consumer: c.Group + "/" + topics.Attempts})
+	tp := c.Flags.Names()
+	rep, err := check.Run(ctx, pool, g.KafkaBrokers, tp, check.Input{Run: in, Providers: m, Consumer: c.Group + "/" + tp.Attempts})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
 // opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide.
@@ -265,8 +267,9 @@ type decideCmd struct {
 	EscalationID string `name:"escalation-id" placeholder:"ID" help:"Close only this escalation (by default the decision closes the attempt's open anomaly escalations)."`
 	Retryable    bool   `default:"true" negatable:"" help:"For FAILED: whether the failure allows a safe retry; --retryable=false when the provider may still hold a booking."`
 	DryRun       bool   `help:"Print the event instead of publishing it."`
-	Topic        string `default:"booking.manual-decisions.v1" hidden:"" help:"Target topic."`
+	Topic        string `hidden:"" help:"Target topic (default the manual decisions topic, with the topic suffix if one is set)."`
 	outputFlags
+	topics.Flags
 }
 
 // decisionRecord is the wire form of decision.recorded (DESIGN.md "Contract v1", manual
@@ -370,6 +373,7 @@ func (c *decideCmd) build(id uuid.UUID, now time.Time) ([]byte, events.Decision,
 func (c *decideCmd) Validate() error { return c.validate() } // kong prefixes "decide:"
 
 func (c *decideCmd) Run(ctx context.Context, g *Globals) error {
+	c.Topic = cmp.Or(c.Topic, c.Flags.Names().Decisions)
 	return c.run(ctx, g.KafkaBrokers, os.Stdout, uuid.Must(uuid.NewV7()), time.Now())
 }
 

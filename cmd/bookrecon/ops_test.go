@@ -206,8 +206,7 @@ func TestOpsCommandLine(t *testing.T) {
 			c, cmd := parse(t, "decide", "--tenant", "t_1", "--intent", "bi_1", "--key", "book:bi_1:v1", "--decision", "FAILED",
 				"--actor", "ops.agent.07", "--reason", "provider says no booking", "--escalation-id", "0196f3a0-0000-5000-8000-000000000001", flag)
 			want := decideCmd{Tenant: "t_1", Intent: "bi_1", Key: "book:bi_1:v1", Decision: "FAILED", Actor: "ops.agent.07",
-				Reason: "provider says no booking", EscalationID: "0196f3a0-0000-5000-8000-000000000001", Retryable: false,
-				Topic: events.TopicManualDecisions}
+				Reason: "provider says no booking", EscalationID: "0196f3a0-0000-5000-8000-000000000001", Retryable: false} // Topic: Run's default, the configured one
 			if cmd != "decide" || c.Ops.Decide != want {
 				t.Errorf("%q %+v", cmd, c.Ops.Decide)
 			}

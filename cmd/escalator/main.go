@@ -11,9 +11,11 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -23,6 +25,7 @@ type cli struct {
 	Providers    string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map: deadline, deadlineByOperation."`
 	AdminAddr    string        `env:"BOOKRECON_ESCALATOR_ADMIN_ADDR" default:"127.0.0.1:9103" help:"Address of /metrics, /livez, /readyz."`
 	Poll         time.Duration `env:"BOOKRECON_ESCALATE_POLL" default:"250ms" help:"Pause between scans."`
+	topics.Flags
 }
 
 func main() {
@@ -34,9 +37,11 @@ func main() {
 			return fmt.Errorf("capability map: %w", err)
 		}
 		reg := telemetry.NewRegistry()
+		tp := c.Flags.Names()
 		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
 			func(ctx context.Context, pool *pgxpool.Pool) error {
-				esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll}, pool, log, reg)
+				esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll,
+					Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations}}, pool, log, reg)
 				if err != nil {
 					return err
 				}

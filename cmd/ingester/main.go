@@ -13,6 +13,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -25,8 +26,8 @@ type cli struct {
 	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
 	BatchTimeout  time.Duration `env:"BOOKRECON_BATCH_TIMEOUT" default:"60s" help:"Bound on one try of a batch's database work; past it the batch pauses and is retried."`
 	Group         string        `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
-	TopicSuffix   string        `env:"BOOKRECON_TOPIC_SUFFIX" help:"Appended as .<suffix> to every topic name (isolated test runs); empty for the v1 topics."`
 	Failpoint     string        `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
+	topics.Flags
 }
 
 func main() {
@@ -36,12 +37,6 @@ func main() {
 		m, err := providers.LoadMap(c.Providers)
 		if err != nil {
 			return fmt.Errorf("capability map: %w", err)
-		}
-		topics := ingest.DefaultTopics()
-		if c.TopicSuffix != "" {
-			for _, t := range []*string{&topics.Attempts, &topics.AttemptsDLQ, &topics.Decisions, &topics.DecisionsDLQ, &topics.Resolutions, &topics.Escalations} {
-				*t += "." + c.TopicSuffix
-			}
 		}
 		deps := ingest.Deps{Logger: log}
 		if c.Failpoint != "" {
@@ -57,7 +52,7 @@ func main() {
 			})
 		}
 		return ingest.Run(ctx, ingest.Config{
-			Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: topics,
+			Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: c.Flags.Names(),
 			AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
 		}, deps)
 	})

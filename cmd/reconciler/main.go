@@ -11,9 +11,11 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -29,6 +31,7 @@ type cli struct {
 	NoJitter          bool          `env:"BOOKRECON_BACKOFF_NO_JITTER" help:"RandomizationFactor 0 (the demo's settings)."`
 	CallTimeout       time.Duration `env:"BOOKRECON_PROVIDER_CALL_TIMEOUT" default:"5s" help:"Provider call timeout; the lease is twice this."`
 	InProgressTimeout time.Duration `env:"BOOKRECON_IN_PROGRESS_TIMEOUT" default:"15m" help:"IN_PROGRESS older than this turns UNKNOWN (stale_in_progress)."`
+	topics.Flags
 }
 
 func main() {
@@ -40,10 +43,12 @@ func main() {
 			return fmt.Errorf("capability map: %w", err)
 		}
 		reg := telemetry.NewRegistry()
+		tp := c.Flags.Names()
 		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
 			func(ctx context.Context, pool *pgxpool.Pool) error {
 				rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
-					MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout},
+					MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout,
+					Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations}},
 					pool, providers.NewHTTP(c.ProviderURL, &http.Client{}), log, reg, nil)
 				if err != nil {
 					return err

@@ -116,7 +116,7 @@ func ingestApplier(b *testing.B, ctx context.Context, gen loadgen.Output, n, siz
 	}
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
-		recs[i] = &kgo.Record{Topic: ingest.DefaultTopics().Attempts, Key: gen.Keys[i], Value: gen.Records[i], Offset: int64(i)}
+		recs[i] = &kgo.Record{Topic: events.TopicAttempts, Key: gen.Keys[i], Value: gen.Records[i], Offset: int64(i)}
 	}
 	var batches []ingest.Batch
 	for lo := 0; lo < n; lo += size {

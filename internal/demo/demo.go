@@ -30,20 +30,21 @@ import (
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/migrations"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
 
 // Topics are the pipeline's topics.
-type Topics = ingest.Topics
+type Topics = topics.Names
 
 // Options configure a demo run.
 type Options struct {
 	Brokers     []string
 	DatabaseURL string // a database the demo may fill (the CLI gives it a fresh one)
 	SamplesDir  string
-	Topics      Topics // default ingest.DefaultTopics()
+	Topics      Topics // default topics.Default()
 	Group       string // consumer group (default the ingester's)
 	// Addresses; ":0" picks a free port. Defaults: simulator 127.0.0.1:18080, ingester 9101,
 	// reconciler 9102, escalator 9103.
@@ -60,7 +61,7 @@ type Options struct {
 
 func (o *Options) defaults() {
 	if o.Topics == (Topics{}) {
-		o.Topics = ingest.DefaultTopics()
+		o.Topics = topics.Default()
 	}
 	o.SimAddr = cmp.Or(o.SimAddr, "127.0.0.1:18080")
 	o.IngesterAddr = cmp.Or(o.IngesterAddr, "127.0.0.1:9101")

@@ -20,6 +20,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -61,9 +62,8 @@ func TestBrokerCommitFencedGivesUp(t *testing.T) {
 // how many of the records were loadgen's redeliveries.
 func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry) bool) (*prometheus.Registry, int) {
 	t.Helper()
-	topics := ingest.DefaultTopics()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics.Attempts, topics.AttemptsDLQ, topics.Decisions,
-		topics.DecisionsDLQ, topics.Resolutions, topics.Escalations))
+	tp := topics.Default()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, tp.All()...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 	}
 	defer prod.Close()
 	for i, r := range gen.Records {
-		prod.Produce(ctx, &kgo.Record{Topic: topics.Attempts, Key: gen.Keys[i], Value: r}, nil)
+		prod.Produce(ctx, &kgo.Record{Topic: tp.Attempts, Key: gen.Keys[i], Value: r}, nil)
 	}
 	if err := prod.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n := count(`SELECT count(*) FROM outbox WHERE topic = '` + topics.AttemptsDLQ + `'`); n != 0 {
+	if n := count(`SELECT count(*) FROM outbox WHERE topic = '` + tp.AttemptsDLQ + `'`); n != 0 {
 		t.Errorf("dead letters = %d, want 0", n)
 	}
 	if n := count(`SELECT count(*) FROM attempt_transition`); n != gen.UniqueEvents {
@@ -131,7 +131,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 	// Commits work again, after a rejoin where the member was fenced: the group catches up.
 	adm := kadm.NewClient(prod)
 	for {
-		lag, _ := groupLag(t, adm, kafka.GroupIngester, topics.Attempts)
+		lag, _ := groupLag(t, adm, kafka.GroupIngester, tp.Attempts)
 		if lag == 0 {
 			break
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/processedevent"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -43,16 +44,8 @@ import (
 // transaction fail (a PostgreSQL data or integrity error), with the SQLSTATE as detail.
 const ReasonProcessingFailed = "processing_failed"
 
-// Topics names every topic the pipeline uses; tests give each run its own.
-type Topics struct {
-	Attempts, AttemptsDLQ, Decisions, DecisionsDLQ, Resolutions, Escalations string
-}
-
-// DefaultTopics are the v1 topics of DESIGN.md "Contract v1".
-func DefaultTopics() Topics {
-	return Topics{events.TopicAttempts, events.TopicAttemptsDLQ, events.TopicManualDecisions,
-		events.TopicManualDecisionsDLQ, events.TopicResolutions, events.TopicEscalations}
-}
+// Topics names every topic the pipeline uses (topics.Names); tests give each run its own.
+type Topics = topics.Names
 
 // Config configures the ingester. Zero values take the documented defaults.
 type Config struct {
@@ -60,7 +53,7 @@ type Config struct {
 	DatabaseURL string         // PostgreSQL URL (required)
 	Providers   *providers.Map // capability map (required): known providers, lookups, maxVersions
 	Group       string         // consumer group (default kafka.GroupIngester)
-	Topics      Topics         // default DefaultTopics()
+	Topics      Topics         // default topics.Default()
 	// MaxPollRecords bounds a batch (default 4000: the per-batch statements amortise, +20% over
 	// 1000 in `make bench`; a batch holds its intents' locks for well under a second).
 	MaxPollRecords int
@@ -91,7 +84,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Group = cmp.Or(c.Group, kafka.GroupIngester)
 	if c.Topics == (Topics{}) {
-		c.Topics = DefaultTopics()
+		c.Topics = topics.Default()
 	}
 	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, 4000)
 	c.RetentionDays = cmp.Or(c.RetentionDays, 14)

@@ -17,13 +17,15 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
 // Harness is one test's isolated pipeline environment.
 type Harness struct {
 	T         testing.TB
-	Topics    ingest.Topics
+	Topics    topics.Names
+	Suffix    string // the topics' suffix (topics.FromSuffix)
 	Group     string
 	DBURL     string
 	Pool      *pgxpool.Pool
@@ -36,13 +38,9 @@ type Harness struct {
 func New(t testing.TB, partitions int32) *Harness {
 	t.Helper()
 	sfx := kafkatest.Suffix()
-	tp := ingest.Topics{
-		Attempts: "booking.attempts.v1." + sfx, AttemptsDLQ: "booking.attempts.dlq.v1." + sfx,
-		Decisions: "booking.manual-decisions.v1." + sfx, DecisionsDLQ: "booking.manual-decisions.dlq.v1." + sfx,
-		Resolutions: "booking.resolutions.v1." + sfx, Escalations: "booking.escalations.v1." + sfx,
-	}
-	kafkatest.CreateTopics(t, partitions, tp.Attempts, tp.AttemptsDLQ, tp.Decisions, tp.DecisionsDLQ, tp.Resolutions, tp.Escalations)
-	h := &Harness{T: t, Topics: tp, Group: "bookrecon-ingester-" + sfx}
+	tp := topics.FromSuffix(sfx) // what BOOKRECON_TOPIC_SUFFIX=<Suffix> gives a binary
+	kafkatest.CreateTopics(t, partitions, tp.All()...)
+	h := &Harness{T: t, Topics: tp, Suffix: sfx, Group: "bookrecon-ingester-" + sfx}
 	h.DBURL = pgtest.NewURL(t)
 	pool, err := postgres.Open(context.Background(), h.DBURL, 10)
 	if err != nil {
