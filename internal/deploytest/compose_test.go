@@ -65,8 +65,12 @@ var (
 	providerSimRE = regexp.MustCompile(`"(PROVIDER_SIM_[A-Z0-9_]+)"`)
 )
 
+// sharedFlags are the flag structs binaries embed in their cli structs, with the file that
+// declares their env tags.
+var sharedFlags = map[string]string{"topics.Flags": "internal/topics/names.go"}
+
 // binaryKeys returns the environment keys binary cmd/<bin> reads, and those it requires (kong
-// `required:""`), from its non-test Go files.
+// `required:""`), from its non-test Go files and the sharedFlags they embed.
 func binaryKeys(t *testing.T, bin string) (keys, required map[string]bool) {
 	t.Helper()
 	keys, required = map[string]bool{}, map[string]bool{}
@@ -74,7 +78,8 @@ func binaryKeys(t *testing.T, bin string) (keys, required map[string]bool) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("cmd/%s: no Go files (%v)", bin, err)
 	}
-	for _, f := range files {
+	for i := 0; i < len(files); i++ {
+		f := files[i]
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
@@ -83,6 +88,11 @@ func binaryKeys(t *testing.T, bin string) (keys, required map[string]bool) {
 			t.Fatal(err)
 		}
 		for line := range strings.Lines(string(b)) {
+			for embed, decl := range sharedFlags {
+				if strings.TrimSpace(line) == embed && !slices.Contains(files, filepath.Join(root(t), decl)) {
+					files = append(files, filepath.Join(root(t), decl))
+				}
+			}
 			for _, m := range envTagRE.FindAllStringSubmatch(line, -1) {
 				keys[m[1]] = true
 				if strings.Contains(line, `required:""`) {
