@@ -177,7 +177,10 @@ func (c *attemptHistoryCmd) run(ctx context.Context, db query.DB, w io.Writer, n
 		return err
 	}
 	fmt.Fprintln(w, "\nHistory:")
-	return writeTransitions(w, h.Transitions)
+	if err := writeTransitions(w, h.Transitions); err != nil {
+		return err
+	}
+	return writeFailedDecisions(w, h.FailedDecisions)
 }
 
 func writeAttempt(w io.Writer, a query.Attempt, now time.Time) error {
@@ -216,6 +219,31 @@ func writeAttempt(w io.Writer, a query.Attempt, now time.Time) error {
 	fmt.Fprintf(tw, "checks\t%d (last lookup %s, next %s)\n", a.CheckCount, dash(a.LastLookupResult), next)
 	if a.BlindRetry {
 		fmt.Fprintf(tw, "blind retry\tyes\n")
+	}
+	if a.CheckFailures > 0 {
+		fmt.Fprintf(tw, "check failures\t%d, last: %s\n", a.CheckFailures, a.CheckError)
+	}
+	if a.EscalationFailures > 0 {
+		retry := "-"
+		if a.EscalationRetryAt != nil {
+			retry = stamp(*a.EscalationRetryAt)
+		}
+		fmt.Fprintf(tw, "escalation failures\t%d (retry %s), last: %s\n", a.EscalationFailures, retry, a.EscalationError)
+	}
+	return tw.Flush()
+}
+
+// writeFailedDecisions lists the kept decisions that failed to apply (none: nothing).
+func writeFailedDecisions(w io.Writer, fs []query.FailedDecision) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nFailed decisions (not applied; re-send once the cause is fixed):")
+	tw := table(w)
+	fmt.Fprintln(tw, "EVENT\tDECISION\tBY\tKEPT\tFAILED\tREASON")
+	for _, f := range fs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.EventID, f.Decision+orEmpty(" ", f.ProviderReference, ""), dash(f.Actor),
+			stamp(f.KeptAt), stamp(f.FailedAt), f.FailureReason)
 	}
 	return tw.Flush()
 }

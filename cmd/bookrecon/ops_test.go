@@ -526,3 +526,51 @@ func TestPublishEpochFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsHistoryShowsFailures: attempt history shows the failures recorded on the attempt and
+// the kept decisions that failed to apply.
+func TestOpsHistoryShowsFailures(t *testing.T) {
+	t.Parallel()
+	pool := seedOpsDB(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	for _, s := range []string{
+		`UPDATE booking_attempt SET escalation_failures = 2, escalation_error = 'attempt: escalate: ERROR: too long (SQLSTATE 22001)',
+			escalation_retry_at = $1::timestamptz + interval '1 hour', check_failures = 1,
+			check_error = 'attempt: audit: ERROR: refused (SQLSTATE 23514)' WHERE idempotency_key = 'book:bi_sc20:v1'`,
+		`INSERT INTO pending_decision (tenant_id, idempotency_key, event_id, decision, created_at, failed_at, failure_reason) VALUES
+			('t_globetrek', 'book:bi_sc20:v1', 'dec_0009', '{"decision": "CONFIRMED", "providerReference": "LEG-1", "actor": "ops.agent.07"}',
+			 $1, $1::timestamptz + interval '2 seconds', 'attempt: audit: ERROR: refused (SQLSTATE 23514)')`,
+	} {
+		if _, err := pool.Exec(ctx, s, t0); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+	var out bytes.Buffer
+	if err := (&attemptHistoryCmd{Tenant: "t_globetrek", Key: "book:bi_sc20:v1"}).run(ctx, pool, &out, opsNow); err != nil {
+		t.Fatal(err)
+	}
+	want := `attempt              book:bi_sc20:v1 (tenant t_globetrek, intent bi_sc20)
+operation            BOOK v1, subject bi_sc20, provider sim-legacy
+status               UNKNOWN
+timeout class        read_timeout
+recorded             2026-11-30T09:00:00Z
+unknown since        2026-11-30T09:00:02Z (59m58s ago)
+checks               0 (last lookup -, next -)
+check failures       1, last: attempt: audit: ERROR: refused (SQLSTATE 23514)
+escalation failures  2 (retry 2026-11-30T10:00:00Z), last: attempt: escalate: ERROR: too long (SQLSTATE 22001)
+
+History:
+#  AT                    FROM         TO           CAUSE   BY                                                   NOTE
+1  2026-11-30T09:00:00Z  -            IN_PROGRESS  event   event evt_0060                                       started
+2  2026-11-30T09:00:02Z  IN_PROGRESS  UNKNOWN      event   event evt_0061                                       outcome unknown: read_timeout
+3  2026-11-30T09:05:00Z  UNKNOWN      UNKNOWN      lookup  lookup {"kind":"client_reference","result":"error"}  audit only
+
+Failed decisions (not applied; re-send once the cause is fixed):
+EVENT     DECISION         BY            KEPT                  FAILED                REASON
+dec_0009  CONFIRMED LEG-1  ops.agent.07  2026-11-30T09:00:00Z  2026-11-30T09:00:02Z  attempt: audit: ERROR: refused (SQLSTATE 23514)
+`
+	if diff := cmp.Diff(want, out.String()); diff != "" {
+		t.Errorf("output (-want +got):\n%s", diff)
+	}
+}
