@@ -31,7 +31,7 @@ func (c *topicsCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer cl.Close()
 	names := c.Flags.Names().All()
-	if err := topics.Ensure(ctx, kadm.NewClient(cl), c.ReplicationFactor, names...); err != nil {
+	if err := topics.Ensure(ctx, kadm.NewClient(cl), c.ReplicationFactor, c.Flags.Names()); err != nil {
 		return err
 	}
 	for _, t := range names {

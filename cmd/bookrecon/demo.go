@@ -65,7 +65,7 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	_, _ = adm.DeleteGroups(ctx, kafka.GroupIngester)
 	tp := c.Flags.Names()
 	fmt.Println("recreating topics", tp.All())
-	err = topics.Recreate(ctx, adm, 1, tp.All()...)
+	err = topics.Recreate(ctx, adm, 1, tp)
 	cl.Close()
 	if err != nil {
 		return err

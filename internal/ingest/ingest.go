@@ -180,6 +180,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The relay publishes dead letters of records up to the input topics' limit plus headers.
+		kgo.ProducerBatchMaxBytesFn(topics.ProducerBatchMaxBytes(cfg.Topics)),
 	)
 	if deps.OnAssigned != nil {
 		opts = append(opts, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { deps.OnAssigned(a) }))
@@ -204,13 +206,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Config: outbox.RelayConfig{LockKey: relayLockKey}}
+	t := cfg.Topics
+	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: outbox.NewRelayMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
+		Config: outbox.RelayConfig{LockKey: relayLockKey}}
 	wg.Go(func() { _ = relay.Run(bg) })
 	if cfg.AdminAddr != "-" {
 		wg.Go(func() {
 			ready := func(ctx context.Context) error {
 				if why := in.paused.Load(); why != nil {
 					return fmt.Errorf("batch paused: %s", *why)
+				}
+				if err := relay.Ready(); err != nil {
+					return err
 				}
 				if err := pool.Ping(ctx); err != nil {
 					return err

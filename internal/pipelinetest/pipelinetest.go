@@ -112,5 +112,5 @@ func (h *Harness) WaitFor(what string, timeout time.Duration, cond func() bool) 
 
 // OutboxDrained reports whether every outbox row is published.
 func (h *Harness) OutboxDrained() bool {
-	return h.Scalar(`SELECT count(*) FROM outbox WHERE published_at IS NULL`) == 0
+	return h.Scalar(`SELECT count(*) FROM outbox WHERE published_at IS NULL AND discarded_at IS NULL`) == 0
 }

@@ -4,9 +4,12 @@
 package topics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,55 +23,87 @@ const Partitions = 6
 // more than this plus the one-day margin that the ingester checks at start-up.
 const Retention = 7 * 24 * time.Hour
 
-// Ensure creates every named topic that does not exist yet (idempotent) with Partitions
-// partitions, replication factor rf and Retention.
-func Ensure(ctx context.Context, adm *kadm.Client, rf int16, names ...string) error {
-	ms := fmt.Sprint(Retention.Milliseconds())
-	resp, err := adm.CreateTopics(ctx, Partitions, rf, map[string]*string{"retention.ms": &ms}, names...)
-	if err != nil {
-		return fmt.Errorf("topics: create: %w", err)
+// MaxMessageBytes is the max.message.bytes of the input and output topics: Kafka's default, 1 MiB
+// plus the record batch overhead, written explicitly so a broker with another default does not
+// change the contract.
+const MaxMessageBytes = 1_048_588
+
+// DeadLetterMaxMessageBytes is the max.message.bytes of the dead-letter topics, and the relay's
+// producer batch limit for them (ProducerBatchMaxBytes): a dead letter carries the original bytes
+// of any record the input topics accept (up to MaxMessageBytes, uncompressed, or up to this once
+// decompressed) plus the bookrecon.dlq.* and bookrecon.source.* headers (a few hundred bytes:
+// the detail is a fixed text). A record beyond it is set aside by the relay, never lost.
+const DeadLetterMaxMessageBytes = 8 << 20
+
+// producerBatchMaxBytes is franz-go's default record batch limit (before compression).
+const producerBatchMaxBytes = 1_000_012
+
+// Configs returns each topic's configuration: Retention and MaxMessageBytes, and
+// DeadLetterMaxMessageBytes for the dead-letter topics.
+func Configs(n Names) map[string]map[string]*string {
+	ms, max, dlq := fmt.Sprint(Retention.Milliseconds()), fmt.Sprint(MaxMessageBytes), fmt.Sprint(DeadLetterMaxMessageBytes)
+	out := map[string]map[string]*string{}
+	for _, t := range n.All() {
+		out[t] = map[string]*string{"retention.ms": &ms, "max.message.bytes": &max}
 	}
+	out[n.AttemptsDLQ]["max.message.bytes"] = &dlq
+	out[n.DecisionsDLQ]["max.message.bytes"] = &dlq
+	return out
+}
+
+// ProducerBatchMaxBytes returns the relay producer's record batch limit per topic (franz-go's
+// ProducerBatchMaxBytesFn): DeadLetterMaxMessageBytes for n's dead-letter topics, franz-go's
+// default 1,000,012 bytes (below MaxMessageBytes) for every other topic.
+func ProducerBatchMaxBytes(n Names) func(topic string) int32 {
+	return func(topic string) int32 {
+		if topic == n.AttemptsDLQ || topic == n.DecisionsDLQ {
+			return DeadLetterMaxMessageBytes
+		}
+		return producerBatchMaxBytes
+	}
+}
+
+// Ensure creates every topic of n that does not exist yet (idempotent) with Partitions
+// partitions, replication factor rf and Configs. An existing topic is left as it is.
+func Ensure(ctx context.Context, adm *kadm.Client, rf int16, n Names) error {
 	var errs []error
-	for _, r := range resp.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			errs = append(errs, fmt.Errorf("topics: create %s: %w", r.Topic, r.Err))
+	for t, cfg := range Configs(n) {
+		resp, err := adm.CreateTopic(ctx, Partitions, rf, cfg, t)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("topics: create %s: %w", t, err))
+		case resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists):
+			errs = append(errs, fmt.Errorf("topics: create %s: %w", t, resp.Err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Recreate deletes the named topics and creates them again, retrying while the broker still
-// finishes the deletion. The demo uses it to start from empty topics.
-func Recreate(ctx context.Context, adm *kadm.Client, rf int16, names ...string) error {
-	if _, err := adm.DeleteTopics(ctx, names...); err != nil {
+// Recreate deletes n's topics and creates them again with Configs, retrying while the broker
+// still finishes the deletion. The demo uses it to start from empty topics.
+func Recreate(ctx context.Context, adm *kadm.Client, rf int16, n Names) error {
+	if _, err := adm.DeleteTopics(ctx, n.All()...); err != nil {
 		return fmt.Errorf("topics: delete: %w", err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ms := fmt.Sprint(Retention.Milliseconds())
-		resp, err := adm.CreateTopics(ctx, Partitions, rf, map[string]*string{"retention.ms": &ms}, names...)
-		if err == nil {
-			pending := false
-			for _, r := range resp.Sorted() {
-				if r.Err != nil {
-					pending = true
-				}
+	pending := Configs(n)
+	for len(pending) > 0 {
+		var last error
+		for t, cfg := range pending {
+			resp, err := adm.CreateTopic(ctx, Partitions, rf, cfg, t)
+			if err == nil && resp.Err == nil {
+				delete(pending, t)
+				continue
 			}
-			if !pending {
-				return nil
-			}
-			// Retry only the topics not created yet (TopicAlreadyExists: deletion still pending).
-			var missing []string
-			for _, r := range resp.Sorted() {
-				if r.Err != nil {
-					missing = append(missing, r.Topic)
-				}
-			}
-			names = missing
+			last = cmp.Or(err, resp.Err) // TopicAlreadyExists: the deletion is still pending
+		}
+		if len(pending) == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("topics: recreate %v: still pending after 60s (%v)", names, err)
+			return fmt.Errorf("topics: recreate %v: still pending after 60s (%w)", slices.Sorted(maps.Keys(pending)), last)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	return nil
 }
