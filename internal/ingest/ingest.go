@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -177,6 +178,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics.Attempts, cfg.Topics.Decisions),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // an aborted transaction's records are never facts
+		// Transaction markers are delivered too, only to be committed past: otherwise the group's
+		// committed offset stays before a partition's last marker and its lag never reaches 0.
+		kgo.KeepControlRecords(),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -348,9 +352,17 @@ const commitTimeout = 5 * time.Second
 // has moved on (groupMovedOn), and ctx's error when ctx ends first.
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 	b := pauseBackoff()
+	// Control records (transaction markers) are no facts: committed, never applied.
+	data := recs
+	if slices.ContainsFunc(recs, isControl) {
+		data = slices.DeleteFunc(slices.Clone(recs), isControl)
+	}
 	for {
+		if len(data) == 0 {
+			break
+		}
 		bctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
-		err := in.applyBatch(bctx, recs)
+		err := in.applyBatch(bctx, data)
 		cancel()
 		if err == nil {
 			break
@@ -385,6 +397,8 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 		}
 	}
 }
+
+func isControl(r *kgo.Record) bool { return r.Attrs.IsControl() }
 
 // groupMovedOn reports whether an offset commit failed because this member no longer belongs to
 // the group generation it consumed in (expired, fenced, or the group rebalancing): the commit can

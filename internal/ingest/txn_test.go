@@ -82,6 +82,11 @@ func TestTransactionalProducerReadCommitted(t *testing.T) {
 	time.Sleep(time.Second)
 	checkApplied(t, h, reg, applied, 12)
 	assertModel(t, h, applied)
+	// The offsets are committed past the last abort marker too: the group's lag reaches 0.
+	h.WaitFor("the group's lag at 0", 30*time.Second, func() bool {
+		lag, _ := groupLag(t, adm, h.Group, h.Topics.Attempts)
+		return lag == 0
+	})
 }
 
 // recordsOf returns records of m's events [from, to) under their keys.
