@@ -27,11 +27,12 @@ import (
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
-// opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide.
+// opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide, outbox ….
 type opsCmds struct {
 	Escalations escalationsCmd `cmd:"" help:"List and show escalations (ops)."`
 	Attempt     attemptCmd     `cmd:"" help:"Inspect one attempt (ops)."`
 	Decide      decideCmd      `cmd:"" help:"Publish an audited manual decision (decision.recorded) to booking.manual-decisions.v1."`
+	Outbox      outboxCmd      `cmd:"" help:"List, retry or discard the outbox rows the relay set aside (ops)."`
 }
 
 // outputFlags are shared by the ops commands.
