@@ -38,7 +38,8 @@ func main() {
 		}
 		reg := telemetry.NewRegistry()
 		tp := c.Flags.Names()
-		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
+		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr,
+			OutputTopics: []string{tp.Resolutions, tp.Escalations}}, log, reg,
 			func(ctx context.Context, pool *pgxpool.Pool) error {
 				esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll,
 					Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations}}, pool, log, reg)

@@ -44,7 +44,8 @@ func main() {
 		}
 		reg := telemetry.NewRegistry()
 		tp := c.Flags.Names()
-		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr}, log, reg,
+		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr,
+			OutputTopics: []string{tp.Resolutions, tp.Escalations}}, log, reg,
 			func(ctx context.Context, pool *pgxpool.Pool) error {
 				rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
 					MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout,

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bookrecon/bookrecon/internal/postgres"
 )
 
@@ -21,6 +23,25 @@ const (
 	ClassProgramLimit        = "program_limit_exceeded"         // class 54
 	ClassInvalidData         = "invalid_data"
 )
+
+// NewItemFailures returns bookrecon_item_failures_total{stage, error_class}, the one counter of
+// items set aside by every stage (the escalator, the reconciler, the ingester's kept decisions),
+// with the series of stages pre-created for every FailureClasses value; the caller registers it.
+func NewItemFailures(stages ...string) *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_item_failures_total",
+		Help: "Items set aside because the database refused their own data, by stage and error class; each is recorded on its row and retried with backoff."},
+		[]string{"stage", "error_class"})
+	for _, s := range stages {
+		for _, c := range FailureClasses() {
+			v.WithLabelValues(s, c)
+		}
+	}
+	return v
+}
+
+// StageDecision is the stage label of a kept manual decision that failed to apply, whichever
+// service's transaction applied it.
+const StageDecision = "decision"
 
 // FailureClasses lists every FailureClass value, for metric pre-creation.
 func FailureClasses() []string {

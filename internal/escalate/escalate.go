@@ -103,17 +103,12 @@ func New(cfg Config, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Regist
 			Help: "Open escalations, by reason (all services' escalations, read from the database)."}, []string{"reason"}),
 		OldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bookrecon_escalation_oldest_open_age_seconds",
 			Help: "Age in seconds of the oldest open escalation (0 when none)."}),
-		ItemFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_item_failures_total",
-			Help: "Items set aside because the database refused their own data, by stage and error class; each is recorded on its row and retried with backoff."},
-			[]string{"stage", "error_class"}),
+		ItemFailures: attempt.NewItemFailures(StageEscalate),
 	}
 	reg.MustRegister(e.metrics.Opened, e.metrics.Open, e.metrics.OldestAge, e.metrics.ItemFailures)
 	for _, r := range attempt.Reasons() {
 		e.metrics.Opened.WithLabelValues(string(r))
 		e.metrics.Open.WithLabelValues(string(r))
-	}
-	for _, c := range attempt.FailureClasses() {
-		e.metrics.ItemFailures.WithLabelValues(StageEscalate, c)
 	}
 	e.minDead = -1
 	for _, name := range cfg.Providers.Names() {

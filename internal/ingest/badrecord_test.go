@@ -124,3 +124,56 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 		t.Fatalf("decision dead letters = %d (want 1 with key bi_1 and a null value)", len(dec))
 	}
 }
+
+// TestKeptDecisionFailureCounted: a manual decision kept for an IN_PROGRESS attempt fails to apply
+// (its audit row refused, 23514) in the ingester's transaction that turns the attempt UNKNOWN:
+// the attempt's own transition commits, the decision is marked failed, counted in
+// bookrecon_item_failures_total{stage="decision"} and the ingester never pauses.
+func TestKeptDecisionFailureCounted(t *testing.T) {
+	t.Parallel()
+	h := pipelinetest.New(t, 1)
+	ctx := context.Background()
+	reg := telemetry.NewRegistry()
+	startIngester(t, h.IngestConfig(), ingest.Deps{Logger: discardLogger(), Registry: reg})
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	head := `{"specVersion":1,"occurredAt":"` + at + `","tenantId":"t_1","bookingIntentId":"bi_1","idempotencyKey":"book:bi_1:v1",`
+	send := func(topic string, v string, processed int) {
+		t.Helper()
+		if err := h.Producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("bi_1"), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		h.WaitFor(fmt.Sprintf("%d processed events", processed), 60*time.Second, func() bool {
+			return h.Scalar(`SELECT count(*) FROM processed_event`) == processed
+		})
+	}
+	send(h.Topics.Attempts, head+`"eventId":"e1","eventType":"attempt.started","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
+		`"request":{"offerVersion":"o:1","travellerRef":"tr_1","stay":{"propertyId":"h_1","checkIn":"2027-02-03","checkOut":"2027-02-06"},`+
+		`"amount":{"value":"1.00","currency":"EUR"}},"recovery":{"clientReference":"cr_1"}}`, 1)
+	send(h.Topics.Decisions, head+`"eventId":"d1","eventType":"decision.recorded","decision":"FAILED","actor":"ops.1","reason":"provider says no"}`, 2)
+	if n := h.Scalar(`SELECT count(*) FROM pending_decision WHERE applied_at IS NULL AND failed_at IS NULL`); n != 1 {
+		t.Fatalf("kept decisions = %d, want 1", n)
+	}
+	for _, q := range []string{
+		`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'poisoned decision' USING ERRCODE = '23514'; END $$`,
+		`CREATE TRIGGER poison BEFORE INSERT ON attempt_transition FOR EACH ROW WHEN (NEW.event_id = 'd1') EXECUTE FUNCTION poison()`,
+	} {
+		if _, err := h.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(h.Topics.Attempts, head+`"eventId":"e2","eventType":"attempt.outcome_unknown","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
+		`"outcome":{"timeoutClass":"read_timeout","requestSent":true}}`, 3)
+	if n := h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status = 'UNKNOWN'`); n != 1 {
+		t.Errorf("UNKNOWN attempts = %d, want 1 (the attempt's own transition commits)", n)
+	}
+	if n := h.Scalar(`SELECT count(*) FROM pending_decision WHERE failed_at IS NOT NULL AND applied_at IS NULL AND failure_reason LIKE '%poisoned decision%'`); n != 1 {
+		t.Errorf("decisions marked failed with the reason = %d, want 1", n)
+	}
+	if n := metric(t, reg, "bookrecon_item_failures_total", "stage", "decision", "error_class", "integrity_constraint_violation"); n != 1 {
+		t.Errorf("item failures {decision, integrity_constraint_violation} = %v, want 1", n)
+	}
+	if p := metric(t, reg, "bookrecon_ingest_pauses_total"); p != 0 {
+		t.Errorf("pauses = %v, want 0", p)
+	}
+}

@@ -583,6 +583,9 @@ func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 	m.KeyMismatches.Add(float64(res.mismatches))
 	for _, e := range res.effects {
 		m.observe(e)
+		for _, d := range e.DecisionsFailed {
+			in.log.Error("kept manual decision failed to apply; marked failed, the attempt's own transition committed", d.LogArgs()...)
+		}
 	}
 	return nil
 }

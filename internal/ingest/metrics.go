@@ -28,6 +28,7 @@ type Metrics struct {
 	ManualDecisions     *prometheus.CounterVec // decision, outcome
 	BatchSeconds        prometheus.Histogram
 	Paused              prometheus.Counter
+	ItemFailures        *prometheus.CounterVec // stage (decision), error_class: kept decisions that failed to apply
 }
 
 var consumedTypes = []string{"attempt.started", "attempt.succeeded", "attempt.failed", "attempt.outcome_unknown", "decision.recorded", "invalid"}
@@ -71,10 +72,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Seconds per polled batch, from decode to offset commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		Paused: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_pauses_total",
 			Help: "Batches retried because PostgreSQL or Kafka was unavailable."}),
+		ItemFailures: attempt.NewItemFailures(attempt.StageDecision),
 	}
 	reg.MustRegister(m.Consumed, m.DuplicateDeliveries, m.IdempotentRepeats, m.KeyConflicts, m.BlindRetries, m.Contradictions,
 		m.UnknownCreated, m.Resolutions, m.TimeToTerminal, m.EscalationsOpened, m.EscalationsClosed, m.DuplicateProvRefs,
-		m.DeadLetters, m.KeyMismatches, m.EventIDCollisions, m.ManualDecisions, m.BatchSeconds, m.Paused)
+		m.DeadLetters, m.KeyMismatches, m.EventIDCollisions, m.ManualDecisions, m.BatchSeconds, m.Paused, m.ItemFailures)
 	for _, topic := range []string{events.TopicAttempts, events.TopicManualDecisions} {
 		m.DuplicateDeliveries.WithLabelValues(topic)
 		for _, typ := range consumedTypes {
@@ -127,5 +129,8 @@ func (m *Metrics) observe(e *attempt.Effects) {
 	}
 	for r, n := range e.EscalationsClosed {
 		m.EscalationsClosed.WithLabelValues(string(r)).Add(float64(n))
+	}
+	for _, d := range e.DecisionsFailed {
+		m.ItemFailures.WithLabelValues(attempt.StageDecision, d.Class).Inc()
 	}
 }

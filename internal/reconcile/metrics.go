@@ -39,7 +39,7 @@ type Metrics struct {
 const (
 	StageCheck      = "check"       // a check's verdict write
 	StageStaleSweep = "stale_sweep" // turning a stale IN_PROGRESS attempt UNKNOWN
-	StageDecision   = "decision"    // a kept manual decision applied by a verdict or the sweep
+	StageDecision   = attempt.StageDecision // a kept manual decision applied by a verdict or the sweep
 )
 
 // NewMetrics registers the reconciler's metrics on reg.
@@ -69,17 +69,10 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 			Help: "Escalations opened, by reason."}, []string{"reason"}),
 		Contradictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_contradictions_total",
 			Help: "Lookups that contradict a terminal state."}),
-		ItemFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_item_failures_total",
-			Help: "Items set aside because the database refused their own data, by stage and error class; each is recorded on its row and retried with backoff."},
-			[]string{"stage", "error_class"}),
+		ItemFailures: attempt.NewItemFailures(StageCheck, StageStaleSweep, StageDecision),
 	}
 	reg.MustRegister(x.Lookups, x.LookupSeconds, x.Claimed, x.ClaimSeconds, x.LeaseLost, x.Resolutions, x.TimeToTerminal,
 		x.UnknownAge, x.OldestUnknown, x.UnknownCreated, x.Escalations, x.Contradictions, x.ItemFailures)
-	for _, c := range attempt.FailureClasses() {
-		for _, s := range []string{StageCheck, StageStaleSweep, StageDecision} {
-			x.ItemFailures.WithLabelValues(s, c)
-		}
-	}
 	for _, name := range m.Names() {
 		x.LookupSeconds.WithLabelValues(name)
 		for _, k := range providers.LookupKinds() {
