@@ -5,13 +5,17 @@ export BOOKRECON_KAFKA_BROKERS ?= 127.0.0.1:19092
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: help up down demo test test-short fuzz bench lint build
+.PHONY: help up down tools demo test test-short fuzz bench lint build
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 up: ## start PostgreSQL and the Kafka broker (idempotent)
 	@scripts/stack.sh up
+
+tools: ## install what the tests need beyond the stack: promtool (Debian's prometheus package)
+	@command -v promtool >/dev/null || { echo "tools: installing promtool (Debian's prometheus package)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 down: ## stop the Kafka broker
 	@scripts/stack.sh down
@@ -23,7 +27,7 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 
-test: up lint ## all tests (race detector, shuffled) and a short fuzz run, on the real stack
+test: up tools lint ## all tests (race detector, shuffled) and a short fuzz run, on the real stack
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
 	$(MAKE) fuzz FUZZTIME=5s
 
