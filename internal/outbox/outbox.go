@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -396,12 +397,14 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 				"outbox_id", f.row.id, "event_id", f.row.eventID, "topic", f.row.rec.Topic, "error_class", f.class, "err", f.err)
 		case f.class == ClassTransient:
 			transient++
+			r.Logger.Error("outbox row failed to publish; retried with backoff", "outbox_id", f.row.id, "event_id", f.row.eventID,
+				"topic", f.row.rec.Topic, "failures", f.row.failures+1, "err", f.err)
 		default:
 			continue // the topic is paused; nothing is recorded on the row
 		}
 		ids = append(ids, f.row.id)
 		classes = append(classes, string(f.class))
-		errs = append(errs, f.err.Error())
+		errs = append(errs, errorText(f.err))
 		waits = append(waits, r.retryWait(f.row.failures+1))
 	}
 	if transient > 0 && len(published) == 0 && transient == len(failed) {
@@ -472,6 +475,16 @@ func (r *Relay) recordFailures(ctx context.Context, ids []int64, classes, errs [
 		return fmt.Errorf("outbox: record publish failures: %w", err)
 	}
 	return nil
+}
+
+// errorText is err as a row keeps it: valid UTF-8 without NUL bytes (which text columns refuse),
+// at most 1,000 bytes.
+func errorText(err error) string {
+	s := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "?"), "\x00", "?")
+	if len(s) > 1000 {
+		s = strings.ToValidUTF8(s[:1000], "")
+	}
+	return s
 }
 
 // retryWait is the backoff before the n-th retry of a row: RetryInitial × 2^(n−1), at most

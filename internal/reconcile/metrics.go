@@ -37,8 +37,8 @@ type Metrics struct {
 
 // The reconciler's stage labels of bookrecon_item_failures_total.
 const (
-	StageCheck      = "check"       // a check's verdict write
-	StageStaleSweep = "stale_sweep" // turning a stale IN_PROGRESS attempt UNKNOWN
+	StageCheck      = "check"               // a check's verdict write
+	StageStaleSweep = "stale_sweep"         // turning a stale IN_PROGRESS attempt UNKNOWN
 	StageDecision   = attempt.StageDecision // a kept manual decision applied by a verdict or the sweep
 )
 
