@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,7 +213,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	t := cfg.Topics
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: outbox.NewRelayMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
-		Config: outbox.RelayConfig{LockKey: relayLockKey}}
+		Config: outbox.RelayConfig{Holder: "ingester-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
 	if cfg.AdminAddr != "-" {
 		wg.Go(func() {
@@ -309,9 +310,6 @@ func (a *Applier) Apply(ctx context.Context, b Batch) error { return a.in.applyI
 // ErrRetention: an input topic keeps records longer than processed_event keeps their dedup
 // rows (docs/retention.md); the ingester refuses to start.
 var ErrRetention = errors.New("ingest: retention too short")
-
-// relayLockKey elects the ingester's one active outbox relay.
-const relayLockKey = outbox.LockKey
 
 func (in *Ingester) consume(ctx context.Context) error {
 	for {

@@ -23,7 +23,8 @@ import (
 // TestRelaySurvivesBrokerFaults injects produce failures with kfake (the in-process fake
 // broker; fault injection is what it is for): while every produce fails, RunOnce reports the
 // error and marks nothing published; once the broker recovers, every row is published exactly
-// as written (key, value, headers), in id order per key, and marked.
+// as written (key, value, headers, plus the relay's fencing token), in id order per key, and
+// marked.
 func TestRelaySurvivesBrokerFaults(t *testing.T) {
 	t.Parallel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "out"))
@@ -98,7 +99,7 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 			var i int
 			_, _ = fmt.Sscanf(string(r.Value), `{"n":%d}`, &i)
 			id := fmt.Sprintf("e%02d", i)
-			if len(r.Headers) != 1 || string(r.Headers[0].Value) != id || string(r.Key) != fmt.Sprintf("bi_%d", i%4) {
+			if len(r.Headers) != 2 || string(r.Headers[0].Value) != id || kafkatest.Header(r, outbox.TokenHeader) != "1" || string(r.Key) != fmt.Sprintf("bi_%d", i%4) {
 				t.Errorf("record %s: key %q headers %v", id, r.Key, r.Headers)
 			}
 			if prev, ok := last[string(r.Key)]; ok && i < prev {

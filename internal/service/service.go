@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,7 +57,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 	defer wg.Wait()
 	defer stop()
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Metrics: outbox.NewRelayMetrics(reg, cfg.OutputTopics),
-		Config: outbox.RelayConfig{LockKey: outbox.LockKey}}
+		Config: outbox.RelayConfig{Holder: cfg.Name + "-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
 	wg.Go(func() {
 		ready := func(ctx context.Context) error {

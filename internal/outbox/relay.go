@@ -1,0 +1,577 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// RelayConfig configures a Relay. Zero values take the documented defaults.
+type RelayConfig struct {
+	// Holder names this relay in outbox_lease (default the service name given to NewRelay's
+	// caller plus a random UUID; any unique string).
+	Holder string
+	// LeaseTTL is how long an assertion of the lease lasts (default 10s); the holder re-asserts it
+	// every third of that and stops publishing LeaseMargin before its own deadline, so it stops
+	// before another relay can take the lease over.
+	LeaseTTL time.Duration
+	// LeaseMargin (default LeaseTTL/5) covers the produce requests still in flight when the
+	// holder stops.
+	LeaseMargin time.Duration
+	// Batch is the most rows published per round (default 500).
+	Batch int
+	// Interval is the pause when the outbox is empty (default 100ms).
+	Interval time.Duration
+	// RetryInitial and RetryMax shape the backoff of a row that failed transiently while others
+	// were published: RetryInitial × 2^(failures−1), at most RetryMax (defaults 200ms, 30s).
+	RetryInitial, RetryMax time.Duration
+	// TopicPause is how long a topic stays paused after a topic or authorization error before
+	// one of its rows is tried again; it doubles on every further such error, to at most 1 min
+	// (default 1s).
+	TopicPause time.Duration
+	// Topics pre-creates the metric series of these topics (the service's output topics).
+	Topics []string
+}
+
+func (c RelayConfig) withDefaults() RelayConfig {
+	c.Holder = cmp.Or(c.Holder, "relay-"+uuid.NewString())
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 10*time.Second)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, c.LeaseTTL/5)
+	c.Batch = cmp.Or(c.Batch, 500)
+	c.Interval = cmp.Or(c.Interval, 100*time.Millisecond)
+	c.RetryInitial = cmp.Or(c.RetryInitial, 200*time.Millisecond)
+	c.RetryMax = cmp.Or(c.RetryMax, 30*time.Second)
+	c.TopicPause = cmp.Or(c.TopicPause, time.Second)
+	return c
+}
+
+// ErrorClass classifies a failed publish of one row (the error_class label and column).
+type ErrorClass string
+
+// Error classes. The record classes set the row aside; ClassTopic and ClassAuthorization pause
+// the row's topic; ClassTransient retries the row with backoff.
+const (
+	ClassRecordTooLarge     ErrorClass = "record_too_large"      // MESSAGE_TOO_LARGE, or larger than the client's batch limit
+	ClassRecordListTooLarge ErrorClass = "record_list_too_large" // RECORD_LIST_TOO_LARGE
+	ClassInvalidRecord      ErrorClass = "invalid_record"        // INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE
+	ClassTopic              ErrorClass = "topic"                 // the topic does not exist or its name is invalid
+	ClassAuthorization      ErrorClass = "authorization"         // topic or cluster authorization failed
+	ClassTransient          ErrorClass = "transient"             // anything else: retried
+)
+
+// ErrorClasses lists every ErrorClass (metric pre-creation).
+func ErrorClasses() []ErrorClass {
+	return []ErrorClass{ClassRecordTooLarge, ClassRecordListTooLarge, ClassInvalidRecord, ClassTopic, ClassAuthorization, ClassTransient}
+}
+
+// Classify returns the class of a produce error: record errors are the record's own (the broker
+// refuses it whatever happens around it), topic and authorization errors hit every row of the
+// topic, and everything else is transient. It classifies by franz-go's typed errors, never by
+// message text.
+func Classify(err error) ErrorClass {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge):
+		return ClassRecordTooLarge
+	case errors.Is(err, kerr.RecordListTooLarge):
+		return ClassRecordListTooLarge
+	case errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.InvalidTimestamp), errors.Is(err, kerr.CorruptMessage):
+		return ClassInvalidRecord
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.InvalidTopicException):
+		return ClassTopic
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return ClassAuthorization
+	}
+	return ClassTransient
+}
+
+// SetsAside reports whether a row that failed with c is set aside (a record error).
+func (c ErrorClass) SetsAside() bool {
+	return c == ClassRecordTooLarge || c == ClassRecordListTooLarge || c == ClassInvalidRecord
+}
+
+// RelayMetrics are the relay's series.
+type RelayMetrics struct {
+	// PublishFailures counts failed publishes of a row by topic and error class
+	// (bookrecon_outbox_publish_failures_total); a record class means the row was set aside.
+	PublishFailures *prometheus.CounterVec
+	// TopicPaused is 1 while a topic is paused by a topic or authorization error
+	// (bookrecon_outbox_topic_paused).
+	TopicPaused *prometheus.GaugeVec
+	// Unmarked counts rows published whose mark failed or was fenced off by a lost lease: they are
+	// published again (bookrecon_outbox_unmarked_total). Every repeat on an output topic is one.
+	Unmarked prometheus.Counter
+	// Active is 1 while this relay holds the outbox lease (bookrecon_outbox_relay_active).
+	Active prometheus.Gauge
+}
+
+// NewRelayMetrics registers the relay's series on reg (nil: not registered), pre-creating those
+// of topics.
+func NewRelayMetrics(reg prometheus.Registerer, topics []string) *RelayMetrics {
+	m := &RelayMetrics{
+		PublishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_outbox_publish_failures_total",
+			Help: "Outbox rows whose publish failed, by topic and error class; record classes (record_too_large, record_list_too_large, invalid_record) set the row aside."},
+			[]string{"topic", "error_class"}),
+		TopicPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bookrecon_outbox_topic_paused",
+			Help: "1 while the relay has paused a topic after a topic or authorization error, else 0."}, []string{"topic"}),
+		Unmarked: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_outbox_unmarked_total",
+			Help: "Outbox rows published whose mark failed or was fenced off by a lost lease; they are published again (consumers deduplicate by eventId)."}),
+		Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bookrecon_outbox_relay_active",
+			Help: "1 while this service's relay holds the outbox lease and publishes, else 0."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.PublishFailures, m.TopicPaused, m.Unmarked, m.Active)
+	}
+	for _, t := range topics {
+		m.TopicPaused.WithLabelValues(t)
+		for _, c := range ErrorClasses() {
+			m.PublishFailures.WithLabelValues(t, string(c))
+		}
+	}
+	return m
+}
+
+// Relay publishes outbox rows in id order, in order per (topic, record key), and isolates what it
+// cannot publish: a row the broker refuses for its own sake is set aside with its error (kept,
+// listed by SetAside, released by Retry or Discard) and parks its (topic, record key) — the key's
+// later rows wait, every other key flows; a topic or authorization error pauses that topic
+// (readiness false, TopicPaused); a transient failure of some rows retries them with backoff
+// (retry_at, also parking their keys); a failure of every row is an outage that pauses the round.
+// Rows published are marked one by one, so one failure never republishes the others.
+//
+// One relay publishes at a time for the whole outbox, elected by the outbox_lease row with a
+// fencing token (see lease): it re-asserts the lease every third of LeaseTTL, checks it before
+// every produce and (in SQL) every mark, puts the token on every record (TokenHeader), and stops
+// before its lease can lapse for anyone else. Nothing depends on a session, so it runs through a
+// transaction pooler.
+type Relay struct {
+	Pool    *pgxpool.Pool
+	Client  *kgo.Client
+	Config  RelayConfig
+	Logger  *slog.Logger
+	Metrics *RelayMetrics // nil: a set of its own, unregistered
+	// Published, when set, is called with the number of records of each round.
+	Published func(n int)
+
+	once   sync.Once
+	lease  *lease
+	mu     sync.Mutex
+	paused map[string]topicPause
+	// leaseDelay, when set, runs before every lease assertion (tests delay a renewal);
+	// beforeMark, when set, runs between a round's produce and its mark (tests lapse the lease
+	// there).
+	leaseDelay, beforeMark func()
+}
+
+// topicPause is a topic paused after a topic or authorization error.
+type topicPause struct {
+	until time.Time
+	wait  time.Duration
+	err   string
+}
+
+func (r *Relay) init() {
+	r.once.Do(func() {
+		r.Config = r.Config.withDefaults()
+		if r.Metrics == nil {
+			r.Metrics = NewRelayMetrics(nil, r.Config.Topics)
+		}
+		if r.Logger == nil {
+			r.Logger = slog.Default()
+		}
+		r.paused = map[string]topicPause{}
+		r.lease = &lease{pool: r.Pool, holder: r.Config.Holder, ttl: r.Config.LeaseTTL, margin: r.Config.LeaseMargin, delay: r.leaseDelay}
+	})
+}
+
+// Ready returns nil unless a topic is paused; then an error naming the paused topics and why,
+// for /readyz.
+func (r *Relay) Ready() error {
+	r.init()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, t := range slices.Sorted(maps.Keys(r.paused)) {
+		errs = append(errs, fmt.Errorf("outbox: topic %s paused: %s", t, r.paused[t].err))
+	}
+	return errors.Join(errs...)
+}
+
+// Run publishes until ctx ends, while it holds the outbox lease; a relay without it re-asserts
+// it every third of LeaseTTL. At the end it gives the lease up so another relay takes over at
+// once.
+func (r *Relay) Run(ctx context.Context) error {
+	r.init()
+	defer func() {
+		r.lease.release(context.WithoutCancel(ctx))
+		r.Metrics.Active.Set(0)
+	}()
+	for ctx.Err() == nil {
+		n, err := r.RunOnce(ctx, r.Config.Batch)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, ErrLeaseLost):
+			r.Logger.Warn("outbox relay lost its lease; another relay publishes", "holder", r.Config.Holder)
+		case err != nil:
+			r.Logger.Warn("outbox relay paused", "err", err)
+			sleep(ctx, time.Second)
+		case n == 0:
+			if _, _, err := r.lease.valid(); err != nil {
+				sleep(ctx, r.Config.LeaseTTL/3) // not the holder: try again later
+			} else {
+				sleep(ctx, r.Config.Interval)
+			}
+		}
+	}
+	return nil
+}
+
+// row is one outbox row in a round.
+type row struct {
+	id       int64
+	rec      *kgo.Record
+	failures int
+	eventID  string
+}
+
+// RunOnce publishes up to batch pending rows in id order and returns how many it published. A
+// round reads the rows not set aside, not waiting to retry, not of a paused topic and not behind
+// such a row of their (topic, record key); it publishes them in waves — the first row of every
+// key, then the second, … — so a key's row is sent only once its previous row is acknowledged
+// (acks=all, idempotent producer), and a row that fails stops its key for the round. Rows with a
+// null key have no order to keep and all go in the first wave. Published rows are marked; failed
+// ones are recorded by class (see Relay). It returns an error only when the database fails or
+// every row of the round failed transiently (an outage: nothing is recorded on the rows).
+func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
+	r.init()
+	if r.lease.due() {
+		_, held, err := r.lease.assert(ctx)
+		r.Metrics.Active.Set(b2f(held))
+		if err != nil && !held {
+			return 0, err
+		}
+		if !held {
+			return 0, nil
+		}
+	}
+	token, _, err := r.lease.valid()
+	if err != nil {
+		return 0, nil
+	}
+	rows, err := r.read(ctx, batch)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	th := kgo.RecordHeader{Key: TokenHeader, Value: []byte(strconv.FormatInt(token, 10))}
+	for _, w := range rows {
+		w.rec.Headers = append(w.rec.Headers, th)
+	}
+	var published []int64
+	type failure struct {
+		row   *row
+		class ErrorClass
+		err   error
+	}
+	var failed []failure
+	stopped := map[string]bool{} // topic + "\x00" + key of a row that failed this round
+	for _, wave := range waves(rows) {
+		var send []*row
+		for _, w := range wave {
+			if !stopped[keyOf(w)] && !r.isPaused(w.rec.Topic) {
+				send = append(send, w)
+			}
+		}
+		if len(send) == 0 {
+			continue
+		}
+		// The lease is checked before every produce, and the produce ends before the lease would.
+		_, left, err := r.lease.valid()
+		if err != nil {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, left)
+		recs := make([]*kgo.Record, len(send))
+		byRec := make(map[*kgo.Record]*row, len(send))
+		for i, w := range send {
+			recs[i], byRec[w.rec] = w.rec, w
+		}
+		// Results come in completion order, not in the order sent.
+		results := r.Client.ProduceSync(pctx, recs...)
+		if ctx.Err() != nil {
+			cancel()
+			break
+		}
+		for _, res := range results {
+			w := byRec[res.Record]
+			if res.Err == nil {
+				published = append(published, w.id)
+				continue
+			}
+			err, class := res.Err, Classify(res.Err)
+			if class.SetsAside() && len(send) > 1 {
+				// The broker refuses a whole record batch when the batch is too large for the
+				// topic: try the row alone before blaming it (its key's later rows are not sent
+				// before this returns, so order holds).
+				if err = r.Client.ProduceSync(pctx, w.rec).FirstErr(); err == nil {
+					published = append(published, w.id)
+					continue
+				}
+				class = Classify(err)
+			}
+			failed = append(failed, failure{w, class, err})
+			if w.rec.Key != nil {
+				stopped[keyOf(w)] = true
+			}
+			if class == ClassTopic || class == ClassAuthorization {
+				r.pauseTopic(w.rec.Topic, err)
+			}
+		}
+		cancel()
+	}
+	// Marks first: a crash after the produce republishes, so the sooner the better.
+	if r.beforeMark != nil && len(published) > 0 {
+		r.beforeMark()
+	}
+	if len(published) > 0 {
+		tag, err := r.Pool.Exec(ctx, `UPDATE outbox SET published_at = now(), retry_at = NULL WHERE id = ANY($1) AND `+fenced(2),
+			published, token)
+		switch {
+		case err != nil:
+			r.Metrics.Unmarked.Add(float64(len(published)))
+			return 0, fmt.Errorf("outbox: mark published: %w", err)
+		case tag.RowsAffected() == 0:
+			r.Metrics.Unmarked.Add(float64(len(published)))
+			r.lease.lost()
+			r.Metrics.Active.Set(0)
+			return 0, ErrLeaseLost
+		}
+		r.resumeTopics(rows, published)
+	}
+	transient := 0
+	var ids []int64
+	var classes, errs []string
+	var waits []time.Duration
+	for _, f := range failed {
+		r.Metrics.PublishFailures.WithLabelValues(f.row.rec.Topic, string(f.class)).Inc()
+		switch {
+		case f.class.SetsAside():
+			r.Logger.Error("outbox row set aside: the broker refuses it; retry it after a fix or discard it (bookrecon outbox)",
+				"outbox_id", f.row.id, "event_id", f.row.eventID, "topic", f.row.rec.Topic, "error_class", f.class, "err", f.err)
+		case f.class == ClassTransient:
+			transient++
+			r.Logger.Error("outbox row failed to publish; retried with backoff", "outbox_id", f.row.id, "event_id", f.row.eventID,
+				"topic", f.row.rec.Topic, "failures", f.row.failures+1, "err", f.err)
+		default:
+			continue // the topic is paused; nothing is recorded on the row
+		}
+		ids = append(ids, f.row.id)
+		classes = append(classes, string(f.class))
+		errs = append(errs, errorText(f.err))
+		waits = append(waits, r.retryWait(f.row.failures+1))
+	}
+	if transient > 0 && len(published) == 0 && transient == len(failed) {
+		// Every row of the round failed transiently: an outage of the broker, not of the rows.
+		return 0, fmt.Errorf("outbox: produce: %w", failed[0].err)
+	}
+	if len(ids) > 0 {
+		if err := r.recordFailures(ctx, token, ids, classes, errs, waits); err != nil {
+			return len(published), err
+		}
+	}
+	if r.Published != nil {
+		r.Published(len(published))
+	}
+	return len(published), nil
+}
+
+// fenced is the condition every write of the relay carries: its token, parameter $n, is the
+// lease's, unexpired.
+func fenced(n int) string {
+	return fmt.Sprintf(`EXISTS (SELECT 1 FROM outbox_lease WHERE name = 'outbox' AND token = $%d AND expires_at > now())`, n)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// read returns the round's rows (see RunOnce).
+func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
+	rows, err := r.Pool.Query(ctx, `SELECT id, topic, record_key, value, headers, publish_failures, event_id FROM outbox o
+		WHERE published_at IS NULL AND discarded_at IS NULL AND set_aside_at IS NULL
+			AND (retry_at IS NULL OR retry_at <= now())
+			AND NOT (topic = ANY($2::text[]))
+			AND NOT EXISTS (SELECT 1 FROM outbox p
+				WHERE p.topic = o.topic AND p.record_key = o.record_key AND p.id < o.id
+					AND p.published_at IS NULL AND p.discarded_at IS NULL
+					AND (p.set_aside_at IS NOT NULL OR p.retry_at IS NOT NULL) AND (p.set_aside_at IS NOT NULL OR p.retry_at > now()))
+		ORDER BY id LIMIT $1`, batch, r.pausedTopics())
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (*row, error) {
+		var w row
+		var topic string
+		var key, value, headers []byte
+		if err := cr.Scan(&w.id, &topic, &key, &value, &headers, &w.failures, &w.eventID); err != nil {
+			return nil, err
+		}
+		var hs []Header
+		if err := json.Unmarshal(headers, &hs); err != nil {
+			return nil, fmt.Errorf("row %d headers: %w", w.id, err)
+		}
+		w.rec = &kgo.Record{Topic: topic, Key: key, Value: value}
+		for _, h := range hs {
+			w.rec.Headers = append(w.rec.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
+		}
+		return &w, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read: %w", err)
+	}
+	return out, nil
+}
+
+// recordFailures records failed rows: a record class sets the row aside, a transient one sets
+// retry_at after its wait.
+func (r *Relay) recordFailures(ctx context.Context, token int64, ids []int64, classes, errs []string, waits []time.Duration) error {
+	ms := make([]int64, len(waits))
+	for i, w := range waits {
+		ms[i] = w.Milliseconds()
+	}
+	_, err := r.Pool.Exec(ctx, `UPDATE outbox o SET publish_failures = o.publish_failures + 1, error_class = f.class, last_error = f.err,
+			set_aside_at = CASE WHEN f.class = 'transient' THEN NULL ELSE now() END,
+			retry_at = CASE WHEN f.class = 'transient' THEN now() + f.ms * interval '1 millisecond' END
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS f(id, class, err, ms)
+		WHERE o.id = f.id AND `+fenced(5), ids, classes, errs, ms, token)
+	if err != nil {
+		return fmt.Errorf("outbox: record publish failures: %w", err)
+	}
+	return nil
+}
+
+// errorText is err as a row keeps it: valid UTF-8 without NUL bytes (which text columns refuse),
+// at most 1,000 bytes.
+func errorText(err error) string {
+	s := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "?"), "\x00", "?")
+	if len(s) > 1000 {
+		s = strings.ToValidUTF8(s[:1000], "")
+	}
+	return s
+}
+
+// retryWait is the backoff before the n-th retry of a row: RetryInitial × 2^(n−1), at most
+// RetryMax.
+func (r *Relay) retryWait(n int) time.Duration {
+	d := r.Config.RetryInitial
+	for i := 1; i < n && d < r.Config.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, r.Config.RetryMax)
+}
+
+// waves groups rows for RunOnce: wave i holds the i-th row of every (topic, record key), in id
+// order; rows with a null key are all in wave 0.
+func waves(rows []*row) [][]*row {
+	var out [][]*row
+	seen := map[string]int{}
+	for _, w := range rows {
+		i := 0
+		if w.rec.Key != nil {
+			k := keyOf(w)
+			i = seen[k]
+			seen[k] = i + 1
+		}
+		if i == len(out) {
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], w)
+	}
+	return out
+}
+
+func keyOf(w *row) string { return w.rec.Topic + "\x00" + string(w.rec.Key) }
+
+// pauseTopic pauses topic after a topic or authorization error, doubling its pause.
+func (r *Relay) pauseTopic(topic string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, was := r.paused[topic]
+	p.wait = min(max(2*p.wait, r.Config.TopicPause), time.Minute)
+	p.until, p.err = time.Now().Add(p.wait), err.Error()
+	r.paused[topic] = p
+	r.Metrics.TopicPaused.WithLabelValues(topic).Set(1)
+	if !was {
+		r.Logger.Error("outbox topic paused: every row of it waits; check that the topic exists and the relay may write to it",
+			"topic", topic, "err", err)
+	}
+}
+
+// resumeTopics ends the pause of every topic that had a row published.
+func (r *Relay) resumeTopics(rows []*row, published []int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.paused) == 0 {
+		return
+	}
+	ok := map[int64]bool{}
+	for _, id := range published {
+		ok[id] = true
+	}
+	for _, w := range rows {
+		if _, was := r.paused[w.rec.Topic]; was && ok[w.id] {
+			delete(r.paused, w.rec.Topic)
+			r.Metrics.TopicPaused.WithLabelValues(w.rec.Topic).Set(0)
+			r.Logger.Info("outbox topic resumed", "topic", w.rec.Topic)
+		}
+	}
+}
+
+// isPaused reports whether topic is paused now.
+func (r *Relay) isPaused(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.paused[topic]
+	return ok && time.Now().Before(p.until)
+}
+
+// pausedTopics lists the topics paused now (a topic whose pause ended is tried again; it stays
+// listed by Ready until one of its rows is published).
+func (r *Relay) pausedTopics() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []string{}
+	now := time.Now()
+	for t, p := range r.paused {
+		if now.Before(p.until) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
