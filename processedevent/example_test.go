@@ -18,7 +18,13 @@ import (
 // collision.
 func Example() {
 	ctx := context.Background()
-	pool, err := postgres.Open(ctx, pgtest.URL(), 2)
+	dbURL, drop, err := pgtest.ExampleDB(ctx) // a database of its own; yours: BOOKRECON_DATABASE_URL
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+	pool, err := postgres.Open(ctx, dbURL, 2)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -34,7 +40,7 @@ func Example() {
 		return
 	}
 
-	store := processedevent.Store{Consumer: "example-" + fmt.Sprint(time.Now().UnixNano()) + "/booking.attempts.v1"}
+	store := processedevent.Store{Consumer: "bookrecon-ingester/booking.attempts.v1"}
 	for _, hash := range []string{"h1", "h1", "h2"} {
 		err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
 			o, err := store.Insert(ctx, tx, processedevent.Event{TenantID: "t_globetrek", EventID: "evt_0001", OccurredAt: at, Hash: hash})

@@ -5,14 +5,17 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
 	"github.com/peterldowns/pgtestdb"
@@ -84,4 +87,37 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// ExampleDB creates an empty database of its own for a runnable Example (which has no
+// testing.TB for NewURL), named bookrecon_example_<random>, and returns its URL and a function
+// that drops it. Examples never touch the server's default database.
+func ExampleDB(ctx context.Context) (string, func(), error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", nil, err
+	}
+	name := "bookrecon_example_" + hex.EncodeToString(b[:])
+	admin, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		return "", nil, fmt.Errorf("pgtest: %w", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("pgtest: create %s: %w", name, err)
+	}
+	u, err := url.Parse(URL())
+	if err != nil {
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		c, err := pgx.Connect(context.Background(), URL())
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	return u.String(), drop, nil
 }
