@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/bookrecon/bookrecon/internal/service"
 )
 
 // Globals are shared by every subcommand.
@@ -33,10 +35,10 @@ func main() {
 	var c cli
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	kctx := kong.Parse(&c, kong.Name("bookrecon"), kong.Description("bookrecon: booking attempt reconciliation."),
+	kctx := service.ParseFlags(&c, kong.Name("bookrecon"), kong.Description("bookrecon: booking attempt reconciliation."),
 		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)))
 	if err := kctx.Run(&c.Globals); err != nil {
 		fmt.Fprintln(os.Stderr, "bookrecon:", err)
-		os.Exit(1)
+		os.Exit(1) // usage errors exited 80 in ParseFlags
 	}
 }

@@ -97,6 +97,15 @@ type escalationsShowCmd struct {
 	outputFlags
 }
 
+// Validate refuses an id that is not a UUID when the command line is parsed (a usage error:
+// exit 80), before any database is asked.
+func (c *escalationsShowCmd) Validate() error {
+	if _, err := uuid.Parse(c.ID); err != nil {
+		return fmt.Errorf("escalation id %q is not a UUID (bookrecon escalations list shows them)", c.ID)
+	}
+	return nil
+}
+
 func (c *escalationsShowCmd) Run(ctx context.Context, g *Globals) error {
 	return withPool(ctx, g, func(pool *pgxpool.Pool) error { return c.run(ctx, pool, os.Stdout, time.Now()) })
 }

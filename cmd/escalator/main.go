@@ -22,7 +22,7 @@ import (
 type cli struct {
 	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
 	KafkaBrokers []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
-	Providers    string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map: deadline, deadlineByOperation."`
+	Providers    service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map: deadline, deadlineByOperation."`
 	AdminAddr    string        `env:"BOOKRECON_ESCALATOR_ADMIN_ADDR" default:"127.0.0.1:9103" help:"Address of /metrics, /livez, /readyz."`
 	Poll         time.Duration `env:"BOOKRECON_ESCALATE_POLL" default:"250ms" help:"Pause between scans."`
 	topics.Flags
@@ -30,9 +30,9 @@ type cli struct {
 
 func main() {
 	var c cli
-	kong.Parse(&c, kong.Description("bookrecon escalator"))
+	service.ParseFlags(&c, kong.Description("bookrecon escalator"))
 	service.Main("escalator", func(ctx context.Context, log *slog.Logger) error {
-		m, err := providers.LoadMap(c.Providers)
+		m, err := providers.LoadMap(string(c.Providers))
 		if err != nil {
 			return fmt.Errorf("capability map: %w", err)
 		}

@@ -20,7 +20,7 @@ import (
 type cli struct {
 	DatabaseURL   string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
 	KafkaBrokers  []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
-	Providers     string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map (format of samples/providers.yaml)."`
+	Providers     service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map (format of samples/providers.yaml)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int           `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
 	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
@@ -32,9 +32,9 @@ type cli struct {
 
 func main() {
 	var c cli
-	kong.Parse(&c, kong.Description("bookrecon ingester"))
+	service.ParseFlags(&c, kong.Description("bookrecon ingester"))
 	service.Main("ingester", func(ctx context.Context, log *slog.Logger) error {
-		m, err := providers.LoadMap(c.Providers)
+		m, err := providers.LoadMap(string(c.Providers))
 		if err != nil {
 			return fmt.Errorf("capability map: %w", err)
 		}

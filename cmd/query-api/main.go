@@ -18,7 +18,7 @@ import (
 
 type cli struct {
 	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL (a read-only role is enough)."`
-	Providers    string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map: maxVersions per provider."`
+	Providers    service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map: maxVersions per provider."`
 	Addr         string        `env:"BOOKRECON_QUERY_ADDR" default:"127.0.0.1:8080" help:"Address of the API, /metrics, /livez and /readyz."`
 	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections."`
 	QueryTimeout time.Duration `env:"BOOKRECON_QUERY_TIMEOUT" default:"5s" help:"Bound on one request's database work."`
@@ -26,14 +26,14 @@ type cli struct {
 
 func main() {
 	var c cli
-	kong.Parse(&c, kong.Name("query-api"), kong.Description("bookrecon query API: intent status and retry gate."))
+	service.ParseFlags(&c, kong.Name("query-api"), kong.Description("bookrecon query API: intent status and retry gate."))
 	service.Main("query-api", func(ctx context.Context, log *slog.Logger) error { return run(ctx, c, log, nil) })
 }
 
 // run loads the capability map, opens the pool (waiting for PostgreSQL like every service; no
 // migration: the API only reads) and serves until ctx ends; the pool closes last.
 func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)) error {
-	m, err := providers.LoadMap(c.Providers)
+	m, err := providers.LoadMap(string(c.Providers))
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func TestFlags(t *testing.T) {
 	if _, err := p.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	if c.Addr != "127.0.0.1:9999" || !strings.HasSuffix(c.Providers, "/providers/testdata/providers.yaml") || c.MaxDBConns != 10 || c.QueryTimeout.String() != "5s" ||
+	if c.Addr != "127.0.0.1:9999" || !strings.HasSuffix(string(c.Providers), "/providers/testdata/providers.yaml") || c.MaxDBConns != 10 || c.QueryTimeout.String() != "5s" ||
 		!strings.HasPrefix(c.DatabaseURL, "postgres://") {
 		t.Errorf("parsed %+v", c)
 	}

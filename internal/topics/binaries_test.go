@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -33,44 +32,12 @@ import (
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
 
-// buildBinaries builds cmd/<name> for each name into a temporary folder and returns it.
-func buildBinaries(t *testing.T, names ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	for _, n := range names {
-		args = append(args, "github.com/bookrecon/bookrecon/cmd/"+n)
-	}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return dir
-}
-
-// run runs bin with args and the extra environment env, killed after timeout; it returns
-// stdout, stderr and the exit status (-1 when killed).
-func run(t *testing.T, timeout time.Duration, bin string, env []string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("%s %v: %v", bin, args, err)
-	}
-	return o.String(), e.String(), cmd.ProcessState.ExitCode()
-}
-
 // TestBadSuffixIsAUsageError: every binary and command that names topics refuses a suffix Kafka
 // would refuse in a topic name, or one too long for it, at parse time with exit status 80 —
 // before it connects to anything (the database and broker addresses lead nowhere).
 func TestBadSuffixIsAUsageError(t *testing.T) {
 	t.Parallel()
-	dir := buildBinaries(t, "ingester", "reconciler", "escalator", "bookrecon")
+	dir := pipelinetest.BuildBinaries(t, "ingester", "reconciler", "escalator", "bookrecon")
 	mp, err := samples.Path("providers.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +78,7 @@ func TestBadSuffixIsAUsageError(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("%s_%d", name, len(c.suffix)), func(t *testing.T) {
 			t.Parallel()
-			_, stderr, code := run(t, 20*time.Second, filepath.Join(dir, c.bin), append(nowhere, "BOOKRECON_TOPIC_SUFFIX="+c.suffix), c.args...)
+			_, stderr, code := pipelinetest.RunBinary(t, 20*time.Second, filepath.Join(dir, c.bin), append(nowhere, "BOOKRECON_TOPIC_SUFFIX="+c.suffix), c.args...)
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
 			if code != 80 || lines[len(lines)-1] != c.want {
 				t.Errorf("exit %d, last stderr line %q; want exit 80 and %q", code, lines[len(lines)-1], c.want)
@@ -207,7 +174,7 @@ func endSum(t *testing.T, adm *kadm.Client, topic string) int64 {
 // the suffixed attempts and decisions topics, and the v1 topics gain nothing.
 func TestSuffixCommands(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(buildBinaries(t, "bookrecon"), "bookrecon")
+	bin := filepath.Join(pipelinetest.BuildBinaries(t, "bookrecon"), "bookrecon")
 	sfx := kafkatest.Suffix()
 	want := topics.FromSuffix(sfx)
 	adm := kafkatest.Admin(t)
@@ -220,7 +187,7 @@ func TestSuffixCommands(t *testing.T) {
 	env := []string{"BOOKRECON_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(), ","), "BOOKRECON_TOPIC_SUFFIX=" + sfx}
 	const bound = 60 * time.Second
 
-	stdout, stderr, code := run(t, bound, bin, env, "topics")
+	stdout, stderr, code := pipelinetest.RunBinary(t, bound, bin, env, "topics")
 	var wantOut string
 	for _, n := range want.All() {
 		wantOut += fmt.Sprintf("topic %s (6 partitions)\n", n)
@@ -268,12 +235,12 @@ func TestSuffixCommands(t *testing.T) {
 	if err := os.WriteFile(in, lines, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code = run(t, bound, bin, env, "publish", "--no-rebase", in)
+	stdout, stderr, code = pipelinetest.RunBinary(t, bound, bin, env, "publish", "--no-rebase", in)
 	if wantOut := "published 2 records to " + want.Attempts + " (occurredAt shifted by 0s)\n"; code != 0 || stdout != wantOut {
 		t.Errorf("bookrecon publish: exit %d, stdout %q, want %q; stderr: %s", code, stdout, wantOut, stderr)
 	}
 
-	stdout, stderr, code = run(t, bound, bin, env, "decide", "--tenant", tenant, "--intent", "bi_0", "--key", "capture:bi_0:v1",
+	stdout, stderr, code = pipelinetest.RunBinary(t, bound, bin, env, "decide", "--tenant", tenant, "--intent", "bi_0", "--key", "capture:bi_0:v1",
 		"--decision", "FAILED", "--actor", "ops.agent.07", "--reason", "checked at the provider", "--json")
 	var dec struct {
 		Topic     string
@@ -284,7 +251,7 @@ func TestSuffixCommands(t *testing.T) {
 	}
 
 	out := t.TempDir()
-	stdout, stderr, code = run(t, bound, bin, env, "loadgen", "--out", out, "--intents", "3", "--redeliveries", "0", "--publish")
+	stdout, stderr, code = pipelinetest.RunBinary(t, bound, bin, env, "loadgen", "--out", out, "--intents", "3", "--redeliveries", "0", "--publish")
 	gen, err := os.ReadFile(filepath.Join(out, "attempts.jsonl"))
 	if code != 0 || err != nil {
 		t.Fatalf("bookrecon loadgen: exit %d (%v), stdout %s, stderr %s", code, err, stdout, stderr)
@@ -383,7 +350,7 @@ func start(t *testing.T, bin string, env ...string) *proc {
 // the broker holds exactly those records — and the v1 topics receive nothing.
 func TestSuffixServices(t *testing.T) {
 	t.Parallel()
-	dir := buildBinaries(t, "ingester", "reconciler", "escalator")
+	dir := pipelinetest.BuildBinaries(t, "ingester", "reconciler", "escalator")
 	h := pipelinetest.New(t, 3)
 	adm := kafkatest.Admin(t)
 	before := v1State(t, adm)

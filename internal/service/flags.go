@@ -1,0 +1,63 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/alecthomas/kong"
+)
+
+// ExitUsage is the exit status of a usage or configuration error (kong's convention).
+const ExitUsage = 80
+
+// usageError marks a parse failure as a usage error whatever stage of parsing found it.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// ExitCode makes kong exit with ExitUsage.
+func (usageError) ExitCode() int { return ExitUsage }
+
+// ParseFlags parses os.Args and the BOOKRECON_* variables into cli with kong. Every problem — a
+// malformed flag, a variable that does not parse, a missing or unusable file, a failed Validate
+// hook — is printed and the process exits with ExitUsage (80), whether it came from a flag or
+// from its variable (kong alone exits 1 for a variable that does not parse).
+func ParseFlags(cli any, opts ...kong.Option) *kong.Context {
+	p, err := kong.New(cli, opts...)
+	if err != nil {
+		panic(err) // the cli struct's tags are wrong: a programming error
+	}
+	ctx, err := p.Parse(os.Args[1:])
+	if err != nil {
+		p.FatalIfErrorf(usageError{err})
+	}
+	return ctx
+}
+
+// File is a flag naming a file that must exist: unlike kong's existingfile, an empty value (an
+// empty variable) says the flag is required, and a directory is refused by name.
+type File string
+
+// Decode implements kong.MapperValue.
+func (f *File) Decode(ctx *kong.DecodeContext) error {
+	var s string
+	if err := ctx.Scan.PopValueInto("file", &s); err != nil {
+		return err
+	}
+	// kong prefixes the flag's name and, for a variable, adds "(from envar …)".
+	if s == "" {
+		return errors.New("is required: give the path of a file")
+	}
+	st, err := os.Stat(s)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s does not exist", s)
+	case err != nil:
+		return err
+	case st.IsDir():
+		return fmt.Errorf("%s is a directory, not a file", s)
+	}
+	*f = File(s)
+	return nil
+}

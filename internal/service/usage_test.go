@@ -1,0 +1,54 @@
+package service_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/samples"
+)
+
+// TestConfigErrorsAreUsageErrors: a configuration error exits 80 with a message that names the
+// flag, whether it came from the flag or from its BOOKRECON_* variable, before anything is
+// dialled (the database and broker addresses lead nowhere).
+func TestConfigErrorsAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := pipelinetest.BuildBinaries(t, "ingester", "reconciler", "escalator", "query-api", "bookrecon")
+	mp, err := samples.Path("providers.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := []string{"BOOKRECON_DATABASE_URL=postgres://u:p@127.0.0.1:1/none", "BOOKRECON_KAFKA_BROKERS=127.0.0.1:1"}
+	tmp := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tmp, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, bin string
+		env       []string
+		args      []string
+		want      string
+	}{
+		{"DurationFromVariable", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_BATCH_TIMEOUT=abc"}, nil,
+			`--batch-timeout: expected duration but got "abc"`},
+		{"DurationFromFlag", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp}, []string{"--batch-timeout", "abc"},
+			`--batch-timeout: expected duration but got "abc"`},
+		{"EmptyProvidersVariable", "ingester", []string{"BOOKRECON_PROVIDERS="}, nil,
+			`--providers: is required: give the path of a file (from envar BOOKRECON_PROVIDERS="")`},
+		{"ProvidersDirectory", "reconciler", []string{"BOOKRECON_PROVIDERS=" + tmp}, nil, tmp + " is a directory, not a file"},
+		{"ProvidersMissing", "escalator", nil, []string{"--providers", filepath.Join(tmp, "nope.yaml")}, "nope.yaml does not exist"},
+		{"QueryAPIProvidersEmpty", "query-api", []string{"BOOKRECON_PROVIDERS="}, nil, "--providers: is required"},
+		{"EscalationIDNotUUID", "bookrecon", nil, []string{"escalations", "show", "not-a-uuid"}, `escalation id "not-a-uuid" is not a UUID`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := pipelinetest.RunBinary(t, 20*time.Second, filepath.Join(dir, tt.bin), append(nowhere, tt.env...), tt.args...)
+			if code != 80 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want 80 and %q", code, stderr, tt.want)
+			}
+		})
+	}
+}
