@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"slices"
 	"strconv"
@@ -169,6 +170,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if reg == nil {
 		reg = telemetry.NewRegistry()
 	}
+	var admin net.Listener
+	if cfg.AdminAddr != "-" {
+		ln, err := telemetry.Listen(cfg.AdminAddr)
+		if err != nil {
+			return err
+		}
+		admin = ln
+		defer admin.Close() // closed by the admin server too; a second Close is harmless
+	}
 	pool, err := service.OpenPool(ctx, deps.Logger, cfg.DatabaseURL, cfg.MaxDBConns, true)
 	if err != nil {
 		return err
@@ -215,7 +225,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: outbox.NewRelayMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
 		Config: outbox.RelayConfig{Holder: "ingester-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
-	if cfg.AdminAddr != "-" {
+	if admin != nil {
 		wg.Go(func() {
 			ready := func(ctx context.Context) error {
 				if why := in.paused.Load(); why != nil {
@@ -229,7 +239,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				}
 				return cl.Ping(ctx)
 			}
-			if err := telemetry.Serve(bg, cfg.AdminAddr, reg, ready, deps.Logger, deps.AdminStarted); err != nil {
+			if err := telemetry.ServeListener(bg, admin, reg, ready, deps.Logger, deps.AdminStarted); err != nil {
 				deps.Logger.Error("admin server", "err", err)
 			}
 		})

@@ -42,6 +42,11 @@ type Config struct {
 // until ctx ends, then stops the relay, closes the Kafka client and the pool last.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
+	admin, err := telemetry.Listen(cfg.AdminAddr)
+	if err != nil {
+		return err
+	}
+	defer admin.Close() // closed by the admin server too; a second Close is harmless
 	pool, err := OpenPool(ctx, log, cfg.DatabaseURL, max(cfg.MaxDBConns, 4), true)
 	if err != nil {
 		return err
@@ -66,7 +71,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 			}
 			return pool.Ping(ctx)
 		}
-		if err := telemetry.Serve(bg, cfg.AdminAddr, reg, ready, log, nil); err != nil {
+		if err := telemetry.ServeListener(bg, admin, reg, ready, log, nil); err != nil {
 			log.Error("admin server", "err", err)
 		}
 	})

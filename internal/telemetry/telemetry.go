@@ -8,6 +8,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -65,9 +66,34 @@ func NewRegistry() *prometheus.Registry {
 // Ready is a readiness check; nil means ready.
 type Ready func(ctx context.Context) error
 
-// Serve runs the admin server on addr until ctx ends. It returns the bound address on started
-// (useful with ":0").
+// ErrAdminAddr wraps a failure to bind a service's admin address.
+var ErrAdminAddr = errors.New("telemetry: admin address")
+
+// Listen binds the admin address. Services call it at start-up, before anything else, so an
+// address already in use stops the service with a clear error instead of leaving it running
+// without /metrics and health endpoints.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w (is another process listening there? choose another with the service's *_ADMIN_ADDR setting)", ErrAdminAddr, addr, err)
+	}
+	return ln, nil
+}
+
+// Serve binds addr (Listen) and runs the admin server until ctx ends. It returns the bound
+// address on started (useful with ":0").
 func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready Ready, logger *slog.Logger, started func(string)) error {
+	ln, err := Listen(addr)
+	if err != nil {
+		return err
+	}
+	return ServeListener(ctx, ln, reg, ready, logger, started)
+}
+
+// ServeListener runs the admin server on ln until ctx ends, then closes ln: /metrics, /livez,
+// /readyz (ready) and Go's profiler under /debug/pprof/ (without /cmdline, which would show
+// the command line's secrets).
+func ServeListener(ctx context.Context, ln net.Listener, reg *prometheus.Registry, ready Ready, logger *slog.Logger, started func(string)) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -83,14 +109,9 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready Rea
 	// Go's profiler, for the admin network only (like /metrics): CPU and heap profiles of a
 	// running service without a restart.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	if started != nil {
 		started(ln.Addr().String())
 	}

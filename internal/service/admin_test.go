@@ -1,0 +1,49 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+// TestAdminAddressTakenFailsAtStartup: a service whose admin address is in use stops at once
+// with ErrAdminAddr naming the address — before it waits for PostgreSQL (here unreachable) —
+// instead of running on without /metrics and health endpoints.
+func TestAdminAddressTakenFailsAtStartup(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	nowhere := "postgres://u:p@127.0.0.1:1/none?connect_timeout=1"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for name, run := range map[string]func() error{
+		"service.Run": func() error {
+			return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: nowhere, Brokers: []string{"127.0.0.1:1"}, AdminAddr: addr},
+				slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func(context.Context, *pgxpool.Pool) error { return nil })
+		},
+		"ingest.Run": func() error {
+			return ingest.Run(ctx, ingest.Config{Brokers: []string{"127.0.0.1:1"}, DatabaseURL: nowhere, Providers: &providers.Map{}, AdminAddr: addr},
+				ingest.Deps{Logger: slog.New(slog.DiscardHandler)})
+		},
+	} {
+		err := run()
+		if !errors.Is(err, telemetry.ErrAdminAddr) || ctx.Err() != nil {
+			t.Errorf("%s = %v (context %v), want ErrAdminAddr at once", name, err, ctx.Err())
+		}
+	}
+}
