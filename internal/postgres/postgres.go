@@ -19,7 +19,9 @@ import (
 // DefaultURL is the database of the local stack that scripts/stack.sh starts.
 const DefaultURL = "postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable"
 
-// ErrConfig wraps an Open error that no retry can mend: the URL does not parse.
+// ErrConfig wraps an Open error that no retry can mend: the URL does not parse, the password is
+// wrong (28P01), the role may not connect or does not exist (28000), the database does not exist
+// (3D000). Outages are not ErrConfig: they are waited out.
 var ErrConfig = errors.New("postgres: configuration")
 
 // Open returns a pool for url (a libpq URL or DSN) after one successful ping. A URL that does
@@ -45,6 +47,9 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if hint, ok := refusals[SQLState(err)]; ok {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, hint, err)
+		}
 		return nil, fmt.Errorf("postgres: ping: %w", err)
 	}
 	return pool, nil
@@ -58,6 +63,14 @@ func IsRetryable(err error) bool {
 		return pgErr.Code == "40001" || pgErr.Code == "40P01"
 	}
 	return false
+}
+
+// refusals are the server's answers that waiting cannot change: Open reports them as ErrConfig,
+// with what to do.
+var refusals = map[string]string{
+	"28P01": "password authentication failed: check the user and password in the database URL",
+	"28000": "the server refuses this role or connection (pg_hba.conf, or the role does not exist): check the user in the database URL",
+	"3D000": "the database does not exist: create it, or fix the database name in the URL",
 }
 
 // IsDataError reports whether err is PostgreSQL refusing the statement's own data — a data
