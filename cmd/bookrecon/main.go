@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -11,12 +12,13 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 )
 
 // Globals are shared by every subcommand.
 type Globals struct {
-	DatabaseURL  string   `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	DatabaseURL  string   `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
 	KafkaBrokers []string `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
 }
 
@@ -37,6 +39,7 @@ func main() {
 	defer stop()
 	kctx := service.ParseFlags(&c, kong.Name("bookrecon"), kong.Description("bookrecon: booking attempt reconciliation."),
 		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)))
+	c.Globals.DatabaseURL = cmp.Or(c.Globals.DatabaseURL, postgres.DefaultURL)
 	if err := kctx.Run(&c.Globals); err != nil {
 		fmt.Fprintln(os.Stderr, "bookrecon:", err)
 		os.Exit(1) // usage errors exited 80 in ParseFlags

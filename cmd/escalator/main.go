@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/escalate"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -20,7 +22,7 @@ import (
 )
 
 type cli struct {
-	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
 	KafkaBrokers []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
 	Providers    service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map: deadline, deadlineByOperation."`
 	AdminAddr    string        `env:"BOOKRECON_ESCALATOR_ADMIN_ADDR" default:"127.0.0.1:9103" help:"Address of /metrics, /livez, /readyz."`
@@ -31,6 +33,7 @@ type cli struct {
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Description("bookrecon escalator"))
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, postgres.DefaultURL)
 	service.Main("escalator", func(ctx context.Context, log *slog.Logger) error {
 		m, err := providers.LoadMap(string(c.Providers))
 		if err != nil {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,13 +13,14 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
 type cli struct {
-	DatabaseURL   string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	DatabaseURL   string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
 	KafkaBrokers  []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
 	Providers     service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map (format of samples/providers.yaml)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
@@ -33,6 +35,7 @@ type cli struct {
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Description("bookrecon ingester"))
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, postgres.DefaultURL)
 	service.Main("ingester", func(ctx context.Context, log *slog.Logger) error {
 		m, err := providers.LoadMap(string(c.Providers))
 		if err != nil {

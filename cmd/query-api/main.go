@@ -4,12 +4,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
 
 	"github.com/alecthomas/kong"
 
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -17,7 +19,7 @@ import (
 )
 
 type cli struct {
-	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL (a read-only role is enough)."`
+	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password (a read-only role is enough)."`
 	Providers    service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map: maxVersions per provider."`
 	Addr         string        `env:"BOOKRECON_QUERY_ADDR" default:"127.0.0.1:8080" help:"Address of the API, /metrics, /livez and /readyz."`
 	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections."`
@@ -27,6 +29,7 @@ type cli struct {
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Name("query-api"), kong.Description("bookrecon query API: intent status and retry gate."))
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, postgres.DefaultURL)
 	service.Main("query-api", func(ctx context.Context, log *slog.Logger) error { return run(ctx, c, log, nil) })
 }
 

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -20,7 +22,7 @@ import (
 )
 
 type cli struct {
-	DatabaseURL       string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL."`
+	DatabaseURL       string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
 	KafkaBrokers      []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
 	Providers         service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map."`
 	ProviderURL       string        `env:"BOOKRECON_PROVIDER_URL" default:"http://127.0.0.1:18080" help:"Base URL of the providers' lookup API (the simulator)."`
@@ -37,6 +39,7 @@ type cli struct {
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Description("bookrecon reconciler"))
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, postgres.DefaultURL)
 	service.Main("reconciler", func(ctx context.Context, log *slog.Logger) error {
 		m, err := providers.LoadMap(string(c.Providers))
 		if err != nil {

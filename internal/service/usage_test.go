@@ -52,3 +52,23 @@ func TestConfigErrorsAreUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpShowsNoSecret: --help of every binary shows no database password — neither the
+// configured one nor the local stack's default.
+func TestHelpShowsNoSecret(t *testing.T) {
+	t.Parallel()
+	dir := pipelinetest.BuildBinaries(t, "ingester", "reconciler", "escalator", "query-api", "bookrecon")
+	env := []string{"BOOKRECON_DATABASE_URL=postgres://ops:s3cret-pw@db.example:5432/prod"}
+	for _, bin := range []string{"ingester", "reconciler", "escalator", "query-api", "bookrecon"} {
+		stdout, stderr, code := pipelinetest.RunBinary(t, 20*time.Second, filepath.Join(dir, bin), env, "--help")
+		out := stdout + stderr
+		if code != 0 || !strings.Contains(out, "BOOKRECON_DATABASE_URL") {
+			t.Errorf("%s --help: exit %d, output %q", bin, code, out)
+		}
+		for _, secret := range []string{"s3cret-pw", "bookrecon:bookrecon@"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s --help shows %q", bin, secret)
+			}
+		}
+	}
+}
