@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 		ClaimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "bookrecon_reconcile_claim_seconds",
 			Help: "Latency of the claim statement in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		LeaseLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_lease_lost_total",
-			Help: "Verdicts dropped because the reconciler's lease was taken over (lease contention)."}),
+			Help: "Verdicts not applied because another reconciler took the lease over (lease contention); each is audited."}),
 		Resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_resolutions_total",
 			Help: "Attempts that reached a terminal state, by resolution source and status."}, []string{"source", "status"}),
 		TimeToTerminal: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bookrecon_time_to_terminal_seconds",
