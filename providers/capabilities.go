@@ -35,6 +35,8 @@ const (
 	DefaultDeadline = 30 * time.Minute
 	// DefaultMaxVersions is the highest operationVersion a safe retry may have.
 	DefaultMaxVersions = 3
+	// DefaultMaxInFlight is how many lookups a reconciler has in flight at one provider at most.
+	DefaultMaxInFlight = 4
 )
 
 // Consistency values of the capability map; documentation only, ConsistencyWindow is what counts.
@@ -92,6 +94,10 @@ type Capabilities struct {
 	DeadlineByOperation map[events.Operation]time.Duration
 	// MaxVersions is the highest operationVersion a safe retry may have. Default: 3.
 	MaxVersions int
+	// MaxInFlight is the most lookups one reconciler has in flight at this provider at once
+	// (≥ 1), on top of RateLimit: a provider that hangs holds at most this many of the
+	// reconciler's workers, each until the call timeout. Default: 4.
+	MaxInFlight int
 }
 
 // Supports reports whether the provider answers lookups of kind k.
@@ -132,6 +138,7 @@ func defaultCapabilities(name string) Capabilities {
 		Deadline:            DefaultDeadline,
 		DeadlineByOperation: map[events.Operation]time.Duration{},
 		MaxVersions:         DefaultMaxVersions,
+		MaxInFlight:         DefaultMaxInFlight,
 	}
 }
 
@@ -190,6 +197,7 @@ func LoadMap(path string) (*Map, error) {
 //	    deadline: 30s
 //	    deadlineByOperation: {CANCEL: 1h}
 //	    maxVersions: 3
+//	    maxInFlight: 4                   # lookups in flight per reconciler, ≥ 1
 //
 // Absent fields take the defaults above. Unknown fields, unknown lookup kinds or operations,
 // wrong types, negative durations and out-of-range numbers are errors; all problems are reported
@@ -304,6 +312,14 @@ func (p *mapParser) provider(path, name string, raw any) Capabilities {
 					c.MaxVersions = n
 				}
 			}
+		case "maxInFlight":
+			if n, ok := p.integer(fp, v); ok {
+				if n < 1 {
+					p.addf(fp, "must be at least 1, got %d", n)
+				} else {
+					c.MaxInFlight = n
+				}
+			}
 		default:
 			p.addf(fp, "unknown field")
 		}
@@ -315,7 +331,7 @@ func knownField(k string) bool {
 	switch k {
 	case "lookups", "consistency", "consistencyWindow", "authoritativeNotFound",
 		"nativeIdempotency", "fingerprintWindow", "maxProcessingTime", "rateLimit", "deadline",
-		"deadlineByOperation", "maxVersions":
+		"deadlineByOperation", "maxVersions", "maxInFlight":
 		return true
 	}
 	return false

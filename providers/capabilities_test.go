@@ -42,6 +42,7 @@ func TestLoadMapSample(t *testing.T) {
 			Deadline:              30 * time.Second,
 			DeadlineByOperation:   noDeadlines,
 			MaxVersions:           3,
+			MaxInFlight:           4,
 		},
 		"sim-air": {
 			Name:                  "sim-air",
@@ -55,6 +56,7 @@ func TestLoadMapSample(t *testing.T) {
 			Deadline:              30 * time.Second,
 			DeadlineByOperation:   noDeadlines,
 			MaxVersions:           3,
+			MaxInFlight:           4,
 		},
 		"sim-pay": {
 			Name:                  "sim-pay",
@@ -69,6 +71,7 @@ func TestLoadMapSample(t *testing.T) {
 			Deadline:              30 * time.Second,
 			DeadlineByOperation:   noDeadlines,
 			MaxVersions:           3,
+			MaxInFlight:           4,
 		},
 		"sim-legacy": {
 			Name:                "sim-legacy",
@@ -80,6 +83,7 @@ func TestLoadMapSample(t *testing.T) {
 			Deadline:            30 * time.Second,
 			DeadlineByOperation: noDeadlines,
 			MaxVersions:         3,
+			MaxInFlight:         4,
 		},
 	}
 	for name, w := range want {
@@ -116,6 +120,7 @@ func TestParseMapDefaults(t *testing.T) {
 		Deadline:            30 * time.Minute,
 		DeadlineByOperation: map[events.Operation]time.Duration{},
 		MaxVersions:         3,
+		MaxInFlight:         4,
 	}
 	got, _ := m.Get("bare")
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -128,7 +133,7 @@ func TestParseMapDefaults(t *testing.T) {
 	}
 }
 
-func TestDeadlineForAndSupports(t *testing.T) {
+func TestDeadlineForSupportsAndMaxInFlight(t *testing.T) {
 	t.Parallel()
 	m, err := providers.ParseMap([]byte(`
 providers:
@@ -136,11 +141,15 @@ providers:
     lookups: [fingerprint]
     deadline: 45s
     deadlineByOperation: {CANCEL: 2h, REFUND: 90m}
+    maxInFlight: 2
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, _ := m.Get("p")
+	if c.MaxInFlight != 2 {
+		t.Errorf("MaxInFlight = %d, want 2", c.MaxInFlight)
+	}
 	for _, tt := range []struct {
 		op   events.Operation
 		want time.Duration
@@ -226,9 +235,11 @@ providers:
     deadline: soon
     deadlineByOperation: {BOOK: 1m, SELL: 1m, CANCEL: 0s}
     maxVersions: 0
+    maxInFlight: 0
     colour: blue
   b:
     lookups: fingerprint
+    maxInFlight: two
   "bad name":
     lookups: []
 `))
@@ -244,12 +255,14 @@ providers:
 		`providers.a.fingerprintWindow: must be positive, got 0s`,
 		`providers.a.lookups[1]: unknown lookup kind "booking_id" (want one of [provider_reference client_reference fingerprint])`,
 		`providers.a.lookups[2]: duplicate lookup kind "provider_reference"`,
+		`providers.a.maxInFlight: must be at least 1, got 0`,
 		`providers.a.maxProcessingTime: must not be negative, got -1s`,
 		`providers.a.maxVersions: must be at least 1, got 0`,
 		`providers.a.rateLimit.burst: must be an integer, got 1.5`,
 		`providers.a.rateLimit.per: unknown field`,
 		`providers.a.rateLimit.rps: must be a positive number, got 0`,
 		`providers.b.lookups: must be a list of lookup kinds [provider_reference client_reference fingerprint]`,
+		`providers.b.maxInFlight: must be an integer, got string "two"`,
 		`providers.bad name: invalid provider name (want ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$)`,
 	}
 	if diff := cmp.Diff(want, problems(t, err)); diff != "" {

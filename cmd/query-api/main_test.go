@@ -22,6 +22,7 @@ const mapPath = "../../providers/testdata/providers.yaml"
 func TestFlags(t *testing.T) {
 	t.Setenv("BOOKRECON_QUERY_ADDR", "127.0.0.1:9999")
 	t.Setenv("BOOKRECON_PROVIDERS", mapPath)
+	t.Setenv("BOOKRECON_DATABASE_URL", "postgres://reader@db.internal:5432/bookrecon")
 	var c cli
 	p, err := kong.New(&c)
 	if err != nil {
@@ -31,7 +32,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != "127.0.0.1:9999" || !strings.HasSuffix(string(c.Providers), "/providers/testdata/providers.yaml") || c.MaxDBConns != 10 || c.QueryTimeout.String() != "5s" ||
-		c.DatabaseURL != "" { // main defaults it to postgres.DefaultURL, never shown in --help
+		c.DatabaseURL != "postgres://reader@db.internal:5432/bookrecon" {
 		t.Errorf("parsed %+v", c)
 	}
 }

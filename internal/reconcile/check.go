@@ -184,10 +184,12 @@ func (r *Reconciler) windowPassedOnDatabaseClock(ctx context.Context, tx pgx.Tx,
 	return ok, nil
 }
 
-// write records the verdict in a transaction fenced by the lease token: every write carries
-// `lease_token = $token AND status = 'UNKNOWN'`. When the attempt was settled meanwhile the
-// lookup only reaches the audit trail (a contradiction when conclusive and disagreeing); when
-// the lease was lost the reconciler writes nothing.
+// write records the verdict in a transaction fenced by the lease token: every write of the
+// attempt carries `lease_token = $token AND status = 'UNKNOWN'`. A verdict is never lost: when
+// the attempt was settled meanwhile (by an event, a person or the reconciler that took the lease
+// over) the lookup reaches the audit trail only, a contradiction when conclusive and
+// disagreeing; when the lease was lost while the attempt is still UNKNOWN it is audited and not
+// applied (the new owner checks it again).
 func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 	var eff *attempt.Effects
 	lost := false
@@ -202,18 +204,10 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 		if err != nil {
 			return err
 		}
-		// The fence comes first: once another reconciler has re-claimed the attempt (its claim
-		// bumped the token), that reconciler owns the check and its verdict, so this one
-		// writes nothing — not even a late-lookup audit row for an attempt the new owner
-		// settled. Events and decisions do not bump the token, so a lookup that lost the
-		// race to one of them still reaches the audit trail below.
-		if a.LeaseToken() != c.Token {
-			lost = true
-			return nil
-		}
-		if a.Status != attempt.StatusUnknown {
-			return r.late(ctx, at, a, v)
-		}
+		// Another reconciler re-claimed the attempt (its claim bumped the token): it owns the
+		// attempt's state, so this verdict writes none of it — neither the verdict nor
+		// next_check_at. Events and decisions do not bump the token.
+		lost = a.LeaseToken() != c.Token
 		if v.authNotFound && r.dbClockFloor {
 			ok, err := r.windowPassedOnDatabaseClock(ctx, tx, a)
 			if err != nil {
@@ -221,9 +215,16 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 			}
 			if !ok {
 				// The reconciler's clock runs ahead of the database's: skew may only delay a
-				// FAILED, never hasten it (DESIGN.md "Reconciliation"). Back off instead.
+				// FAILED, never hasten it (DESIGN.md "Reconciliation"). Back off instead; for a
+				// late verdict the not-found is not conclusive.
 				v.settle, v.authNotFound = nil, false
 			}
+		}
+		if a.Status != attempt.StatusUnknown {
+			return r.late(ctx, at, a, v, lost)
+		}
+		if lost {
+			return r.unapplied(ctx, at, a, v)
 		}
 		if v.settle != nil {
 			v.settle.CauseID = fmt.Sprintf("lookup:%s:%d", a.ID, c.Token)
@@ -270,8 +271,7 @@ func (r *Reconciler) write(ctx context.Context, c Claimed, v verdict) error {
 	}
 	if lost {
 		r.metrics.LeaseLost.Inc()
-		r.log.Info("lease lost; verdict dropped", "attempt_id", c.Row.ID, "token", c.Token)
-		return nil
+		r.log.Info("lease lost; verdict audited, not applied", "attempt_id", c.Row.ID, "token", c.Token)
 	}
 	r.observe(eff)
 	return nil
@@ -295,16 +295,29 @@ func (r *Reconciler) nextCheck(a *attempt.Row, v verdict) *time.Time {
 	return &t
 }
 
-// late handles a verdict for an attempt that an event or a person settled meanwhile: audit only,
-// and a contradiction when the lookup is conclusive and disagrees.
-func (r *Reconciler) late(ctx context.Context, at *attempt.Tx, a *attempt.Row, v verdict) error {
+// Notes of the audit rows of verdicts that were not applied.
+const (
+	noteLate      = "late lookup after "                   // + the terminal status set meanwhile
+	noteLeaseLost = "; lease lost"                         // appended when another reconciler took the lease over
+	noteUnapplied = "late lookup; lease lost, not applied" // the attempt is still UNKNOWN, held by another reconciler
+)
+
+// late handles a verdict for an attempt settled meanwhile — by an event or a person (same
+// token), or by the reconciler that took the lease over (lost): audit only, and a contradiction
+// when the lookup is conclusive and disagrees. Neither needs the lease: the attempt's state is
+// not written.
+func (r *Reconciler) late(ctx context.Context, at *attempt.Tx, a *attempt.Row, v verdict, lost bool) error {
 	if !a.Status.Terminal() {
 		return nil // IN_PROGRESS cannot follow UNKNOWN; nothing to record
 	}
 	if v.result == "" {
 		return nil
 	}
-	if err := at.Audit(ctx, a.ID, attempt.Audit{From: a.Status, To: a.Status, Cause: "lookup", Lookup: v.audit, Note: "late lookup after " + string(a.Status)}); err != nil {
+	note := noteLate + string(a.Status)
+	if lost {
+		note += noteLeaseLost
+	}
+	if err := at.Audit(ctx, a.ID, attempt.Audit{From: a.Status, To: a.Status, Cause: "lookup", Lookup: v.audit, Note: note}); err != nil {
 		return err
 	}
 	disagrees := false
@@ -329,4 +342,15 @@ func (r *Reconciler) late(ctx context.Context, at *attempt.Tx, a *attempt.Row, v
 		return err
 	}
 	return at.Escalate(ctx, a, attempt.ReasonContradiction, "late lookup disagrees")
+}
+
+// unapplied audits the verdict of a reconciler whose lease another one took over while the
+// attempt is still UNKNOWN: the fence keeps the attempt's state for the new owner, whose own
+// lookup decides; the trail keeps what this provider call answered. Nothing can contradict an
+// UNKNOWN attempt.
+func (r *Reconciler) unapplied(ctx context.Context, at *attempt.Tx, a *attempt.Row, v verdict) error {
+	if v.result == "" {
+		return nil
+	}
+	return at.Audit(ctx, a.ID, attempt.Audit{From: a.Status, To: a.Status, Cause: "lookup", Lookup: v.audit, Note: noteUnapplied})
 }

@@ -240,6 +240,15 @@ type row struct {
 
 func readRow(t testing.TB, ctx context.Context, pool *pgxpool.Pool, tenant, key string) row {
 	t.Helper()
+	r, err := tryReadRow(ctx, pool, tenant, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryReadRow is readRow for goroutines other than the test's.
+func tryReadRow(ctx context.Context, pool *pgxpool.Pool, tenant, key string) (row, error) {
 	var r row
 	err := pool.QueryRow(ctx, `SELECT id, status, coalesce(resolution_source, ''), coalesce(provider_reference, ''),
 		coalesce(failure_code, ''), coalesce(timeout_class, ''), check_count, next_check_at, coalesce(last_lookup_result, ''),
@@ -248,9 +257,9 @@ func readRow(t testing.TB, ctx context.Context, pool *pgxpool.Pool, tenant, key 
 		Scan(&r.ID, &r.Status, &r.Source, &r.Ref, &r.FailureCode, &r.TimeoutClass, &r.CheckCount, &r.NextCheck,
 			&r.LastLookup, &r.Token, &r.LeaseOwner, &r.WindowStart, &r.CreatedAt)
 	if err != nil {
-		t.Fatalf("read %s/%s: %v", tenant, key, err)
+		return r, fmt.Errorf("read %s/%s: %w", tenant, key, err)
 	}
-	return r
+	return r, nil
 }
 
 func count(t testing.TB, ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) int {

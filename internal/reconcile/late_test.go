@@ -2,10 +2,13 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -182,4 +185,182 @@ func TestVerdictThenContradictingEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLateVerdictAfterLostLease: reconciler A is paused in BeforeWrite (after the provider
+// answered, before the fenced write) while the clock passes its lease and another path takes
+// the attempt over: reconciler B re-claims and settles it by its own lookup, or B re-claims and
+// an outcome event settles it, or B only holds the claim. A's verdict is never lost and never
+// applied: it reaches attempt_transition exactly once (from = to = the current status, cause
+// lookup, a lease-lost note), a conclusive disagreeing one opens exactly one contradiction
+// (anomaly, escalation, counter), an agreeing one none; the attempt's status, source,
+// reference, token, owner and schedule are the ones the other path left; the lost lease is
+// counted.
+func TestLateVerdictAfterLostLease(t *testing.T) {
+	t.Parallel()
+	const lease = 10 * time.Second // 2 × the default CallTimeout
+	for _, tc := range []struct {
+		name  string
+		id    string             // the attempt is bi_<id>, client reference cr_<id>
+		truth []providers.Record // what A's lookup sees
+		// takeOver runs in A's pause once the clock is past A's lease: B and the event.
+		takeOver func(ctx context.Context, o *oneAttempt, b *reconcile.Reconciler, spec attemptSpec) error
+		status   string // the attempt after the take-over, unchanged by A
+		source   string
+		ref      string
+		note     string
+		lookup   map[string]any // A's lookup as audited
+		contra   bool
+		resolved string // the resolution source of the single attempt.resolved; "" none
+	}{
+		{
+			name:  "agreeing: A and the new owner both find it CONFIRMED",
+			id:    "la",
+			truth: []providers.Record{record("HTL-LA", "cr_la", providers.StatusConfirmed, time.Now().Add(-time.Hour), "")},
+			takeOver: func(ctx context.Context, _ *oneAttempt, b *reconcile.Reconciler, _ attemptSpec) error {
+				return runOnceExactly(ctx, b, 1)
+			},
+			status: "CONFIRMED", source: "client_reference", ref: "HTL-LA", note: "late lookup after CONFIRMED; lease lost",
+			lookup:   map[string]any{"kind": "client_reference", "result": "found", "status": "CONFIRMED", "reference": "HTL-LA"},
+			resolved: "client_reference",
+		},
+		{
+			name: "disagreeing: an authoritative not-found while the new owner found it CONFIRMED",
+			id:   "ln",
+			takeOver: func(ctx context.Context, o *oneAttempt, b *reconcile.Reconciler, _ attemptSpec) error {
+				if err := o.sim.AddTruth(simulator.Truth{"sim-hotels": {
+					record("HTL-LN", "cr_ln", providers.StatusConfirmed, time.Now().Add(-time.Hour), ""),
+				}}); err != nil {
+					return err
+				}
+				return runOnceExactly(ctx, b, 1)
+			},
+			status: "CONFIRMED", source: "client_reference", ref: "HTL-LN", note: "late lookup after CONFIRMED; lease lost",
+			lookup: map[string]any{"kind": "client_reference", "result": "not_found"},
+			contra: true, resolved: "client_reference",
+		},
+		{
+			name:  "disagreeing: found CONFIRMED while an event failed it under the new owner's claim",
+			id:    "le",
+			truth: []providers.Record{record("HTL-LE", "cr_le", providers.StatusConfirmed, time.Now().Add(-time.Hour), "")},
+			takeOver: func(ctx context.Context, o *oneAttempt, b *reconcile.Reconciler, spec attemptSpec) error {
+				if got, err := b.Claim(ctx, 1); err != nil || len(got) != 1 {
+					return fmt.Errorf("B claimed %d: %v", len(got), err)
+				}
+				_, err := tryApplyEvent(ctx, o.pool, o.scfg, spec.Outcome("ko", "attempt.failed", time.Now(),
+					map[string]any{"failureCode": "SOLD_OUT", "retryable": false}))
+				return err
+			},
+			status: "FAILED", source: "event", note: "late lookup after FAILED; lease lost",
+			lookup: map[string]any{"kind": "client_reference", "result": "found", "status": "CONFIRMED", "reference": "HTL-LE"},
+			contra: true, resolved: "event",
+		},
+		{
+			name:  "still UNKNOWN: the new owner holds the claim",
+			id:    "lu",
+			truth: []providers.Record{record("HTL-LU", "cr_lu", providers.StatusConfirmed, time.Now().Add(-time.Hour), "")},
+			takeOver: func(ctx context.Context, _ *oneAttempt, b *reconcile.Reconciler, _ attemptSpec) error {
+				if got, err := b.Claim(ctx, 1); err != nil || len(got) != 1 {
+					return fmt.Errorf("B claimed %d: %v", len(got), err)
+				}
+				return nil
+			},
+			status: "UNKNOWN", note: "late lookup; lease lost, not applied",
+			lookup: map[string]any{"kind": "client_reference", "result": "found", "status": "CONFIRMED", "reference": "HTL-LU"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			spec := attemptSpec{Tenant: "t_lost", Intent: "bi_" + tc.id, Provider: "sim-hotels", ClientRef: "cr_" + tc.id,
+				Traveller: "tr_" + tc.id, Stay: hotelStay(40)}
+			o := setupOne(t, spec, "read_timeout", "", simulator.Truth{"sim-hotels": tc.truth})
+			cfg := demoConfig(mapPath(t))
+			cfg.Owner = "rec-b"
+			b, _ := newReconciler(t, cfg, o.pool, startSim(t, o.sim, o.clk), o.clk)
+			var (
+				paused  int
+				hookErr error
+				taken   row // the attempt as the take-over left it
+			)
+			o.rec.BeforeWrite = func(ctx context.Context, a *attempt.Row) {
+				paused++
+				o.clk.Add(lease + time.Millisecond) // A's lease has expired
+				if hookErr = tc.takeOver(ctx, o, b, spec); hookErr == nil {
+					taken, hookErr = tryReadRow(ctx, o.pool, spec.Tenant, spec.Key())
+				}
+			}
+			o.clk.Add(2 * time.Second)
+			if n, err := o.rec.RunOnce(o.ctx); err != nil || n != 1 || paused != 1 || hookErr != nil {
+				t.Fatalf("RunOnce = %d, %v (paused %d times: %v)", n, err, paused, hookErr)
+			}
+			r := o.row(t)
+			if !sameRow(r, taken) || r.Status != tc.status || r.Source != tc.source || r.Ref != tc.ref || r.Token != 2 {
+				t.Fatalf("attempt %+v after A's write, want %+v as the take-over left it (%s/%s/%q, token 2)",
+					r, taken, tc.status, tc.source, tc.ref)
+			}
+			tr := transitions(t, o.ctx, o.pool, r.ID)
+			var late []transition
+			for _, x := range tr {
+				if strings.Contains(x.Note, "lease lost") {
+					late = append(late, x)
+				}
+			}
+			if len(late) != 1 || tr[len(tr)-1].Note != late[0].Note {
+				t.Fatalf("transitions %+v: want exactly one late lookup, the last row", tr)
+			}
+			if l := late[0]; l.Cause != "lookup" || l.From != tc.status || l.To != tc.status || l.Note != tc.note {
+				t.Fatalf("late lookup %+v, want %s → %s by lookup, note %q", l, tc.status, tc.status, tc.note)
+			}
+			for k, v := range tc.lookup {
+				if late[0].Lookup[k] != v {
+					t.Fatalf("late lookup %v: %s = %v, want %v", late[0].Lookup, k, late[0].Lookup[k], v)
+				}
+			}
+			var wantEsc []escalation
+			if tc.contra {
+				wantEsc = []escalation{{spec.Tenant, spec.Key(), "contradiction", "open"}}
+			}
+			if got := escalations(t, o.ctx, o.pool); len(got) != len(wantEsc) || (len(got) == 1 && got[0] != wantEsc[0]) {
+				t.Fatalf("escalations %+v, want %+v", got, wantEsc)
+			}
+			if n := count(t, o.ctx, o.pool, `SELECT count(*) FROM anomaly WHERE kind = 'contradiction'`); n != len(wantEsc) {
+				t.Fatalf("%d contradiction anomalies, want %d", n, len(wantEsc))
+			}
+			if n := count(t, o.ctx, o.pool, `SELECT count(*) FROM anomaly`); n != len(wantEsc) {
+				t.Fatalf("%d anomalies, want %d", n, len(wantEsc))
+			}
+			if got := metric(t, o.reg, "bookrecon_contradictions_total"); got != float64(len(wantEsc)) {
+				t.Fatalf("A counted %v contradictions, want %d", got, len(wantEsc))
+			}
+			if got := metric(t, o.reg, "bookrecon_lease_lost_total"); got != 1 {
+				t.Fatalf("A counted %v lost leases, want 1", got)
+			}
+			if got := metric(t, o.reg, "bookrecon_resolutions_total"); got != 0 {
+				t.Fatalf("A counted %v resolutions; it settled nothing", got)
+			}
+			res := resolutions(t, o.ctx, o.pool)
+			switch {
+			case tc.resolved == "" && len(res) != 0:
+				t.Fatalf("resolutions %+v, want none", res)
+			case tc.resolved != "" && (len(res) != 1 || res[0].Status != tc.status || res[0].ResolutionSource != tc.resolved):
+				t.Fatalf("resolutions %+v, want one: %s by %s", res, tc.status, tc.resolved)
+			}
+		})
+	}
+}
+
+// sameRow compares two reads of one attempt, next_check_at by value.
+func sameRow(a, b row) bool {
+	na, nb := a.NextCheck, b.NextCheck
+	a.NextCheck, b.NextCheck = nil, nil
+	return a == b && (na == nil) == (nb == nil) && (na == nil || na.Equal(*nb))
+}
+
+// runOnceExactly runs one round of r and wants n checks (for goroutines other than the test's).
+func runOnceExactly(ctx context.Context, r *reconcile.Reconciler, n int) error {
+	got, err := r.RunOnce(ctx)
+	if err == nil && got != n {
+		err = fmt.Errorf("RunOnce checked %d, want %d", got, n)
+	}
+	return err
 }

@@ -18,18 +18,20 @@ import (
 // Metrics are the reconciler's series (DESIGN.md "Observability"), pre-created from the enums
 // and the capability map.
 type Metrics struct {
-	Lookups        *prometheus.CounterVec   // provider, kind, result
-	LookupSeconds  *prometheus.HistogramVec // provider
-	Claimed        prometheus.Counter
-	ClaimSeconds   prometheus.Histogram
-	LeaseLost      prometheus.Counter
-	Resolutions    *prometheus.CounterVec // source, status
-	TimeToTerminal *prometheus.HistogramVec
-	UnknownAge     prometheus.Histogram // seconds UNKNOWN when settled
-	OldestUnknown  prometheus.Gauge
-	UnknownCreated *prometheus.CounterVec // timeout_class (stale)
-	Escalations    *prometheus.CounterVec // reason
-	Contradictions prometheus.Counter
+	Lookups       *prometheus.CounterVec   // provider, kind, result
+	LookupSeconds *prometheus.HistogramVec // provider
+	// LookupsInFlight is the checks holding one of a provider's maxInFlight slots, by provider.
+	LookupsInFlight *prometheus.GaugeVec
+	Claimed         prometheus.Counter
+	ClaimSeconds    prometheus.Histogram
+	LeaseLost       prometheus.Counter
+	Resolutions     *prometheus.CounterVec // source, status
+	TimeToTerminal  *prometheus.HistogramVec
+	UnknownAge      prometheus.Histogram // seconds UNKNOWN when settled
+	OldestUnknown   prometheus.Gauge
+	UnknownCreated  *prometheus.CounterVec // timeout_class (stale)
+	Escalations     *prometheus.CounterVec // reason
+	Contradictions  prometheus.Counter
 	// ItemFailures counts items set aside for their own data, by stage (check, stale_sweep, decision)
 	// and error_class (attempt.FailureClasses).
 	ItemFailures *prometheus.CounterVec
@@ -49,12 +51,14 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 			Help: "Provider lookups, by provider, lookup kind and result (found, not_found, several, error)."}, []string{"provider", "kind", "result"}),
 		LookupSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bookrecon_provider_lookup_seconds",
 			Help: "Provider lookup latency in seconds.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"provider"}),
+		LookupsInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bookrecon_provider_lookups_in_flight",
+			Help: "Checks holding one of the provider's lookup slots (at most its maxInFlight), by provider."}, []string{"provider"}),
 		Claimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_reconcile_claimed_total",
 			Help: "UNKNOWN attempts claimed for a check."}),
 		ClaimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "bookrecon_reconcile_claim_seconds",
 			Help: "Latency of the claim statement in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		LeaseLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_lease_lost_total",
-			Help: "Verdicts dropped because the reconciler's lease was taken over (lease contention)."}),
+			Help: "Verdicts not applied because another reconciler took the lease over (lease contention); each is audited."}),
 		Resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_resolutions_total",
 			Help: "Attempts that reached a terminal state, by resolution source and status."}, []string{"source", "status"}),
 		TimeToTerminal: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bookrecon_time_to_terminal_seconds",
@@ -71,10 +75,11 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 			Help: "Lookups that contradict a terminal state."}),
 		ItemFailures: attempt.NewItemFailures(StageCheck, StageStaleSweep, StageDecision),
 	}
-	reg.MustRegister(x.Lookups, x.LookupSeconds, x.Claimed, x.ClaimSeconds, x.LeaseLost, x.Resolutions, x.TimeToTerminal,
+	reg.MustRegister(x.Lookups, x.LookupSeconds, x.LookupsInFlight, x.Claimed, x.ClaimSeconds, x.LeaseLost, x.Resolutions, x.TimeToTerminal,
 		x.UnknownAge, x.OldestUnknown, x.UnknownCreated, x.Escalations, x.Contradictions, x.ItemFailures)
 	for _, name := range m.Names() {
 		x.LookupSeconds.WithLabelValues(name)
+		x.LookupsInFlight.WithLabelValues(name)
 		for _, k := range providers.LookupKinds() {
 			for _, r := range providers.Results() {
 				x.Lookups.WithLabelValues(name, string(k), string(r))

@@ -64,11 +64,13 @@ type claimPause struct {
 // lease of an in-flight check expires at those clock moves too, so more takeovers happen on
 // their own.
 //
-// Asserted: exactly 5,000 CONFIRMED; exactly 5,000 attempt_transition rows with to_status
-// CONFIRMED, one per attempt, and no other transition (a fenced-out verdict writes nothing, not
-// even a late-lookup audit row); exactly one attempt.resolved per attempt; lease_lost > 0 (≥ 3
-// at reconciler 0, ≥ 2 at reconciler 1); resolutions counted exactly 5,000 across the four; no
-// escalation, no anomaly; zero provider create calls.
+// Asserted: exactly 5,000 CONFIRMED; exactly 5,000 attempt_transition rows UNKNOWN → CONFIRMED,
+// one per attempt; every other row is a fenced-out verdict's audit row (cause lookup, from = to,
+// a lease-lost note: the verdict is kept, never applied), exactly one per lost lease counted,
+// and each paused attempt has its paused verdict's CONFIRMED → CONFIRMED row; exactly one
+// attempt.resolved per attempt; lease_lost > 0 (≥ 3 at reconciler 0, ≥ 2 at reconciler 1);
+// resolutions counted exactly 5,000 across the four; no escalation, no anomaly (every lookup
+// agrees); zero provider create calls.
 func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 	t.Parallel()
 	const (
@@ -248,15 +250,23 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 		AND resolution_source = 'client_reference' AND provider_reference = replace(client_reference, 'cr_race_', 'HTL-R-')`); got != n {
 		t.Errorf("%d attempts CONFIRMED with their own reference, want %d", got, n)
 	}
-	var confirmed, distinct, all int
-	if err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE to_status = 'CONFIRMED'),
-		count(DISTINCT attempt_id) FILTER (WHERE to_status = 'CONFIRMED'), count(*) FROM attempt_transition`).
-		Scan(&confirmed, &distinct, &all); err != nil {
+	var confirmed, distinct, late, all int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE from_status = 'UNKNOWN' AND to_status = 'CONFIRMED'),
+		count(DISTINCT attempt_id) FILTER (WHERE from_status = 'UNKNOWN' AND to_status = 'CONFIRMED'),
+		count(*) FILTER (WHERE cause = 'lookup' AND from_status = to_status AND to_status IN ('CONFIRMED', 'UNKNOWN')
+			AND note IN ('late lookup after CONFIRMED; lease lost', 'late lookup; lease lost, not applied')),
+		count(*) FROM attempt_transition`).Scan(&confirmed, &distinct, &late, &all); err != nil {
 		t.Fatal(err)
 	}
-	if confirmed != n || distinct != n || all != n {
-		t.Errorf("attempt_transition: %d rows to CONFIRMED for %d attempts, %d rows in all; want %d, %d, %d",
-			confirmed, distinct, all, n, n, n)
+	if confirmed != n || distinct != n || all != n+late {
+		t.Errorf("attempt_transition: %d rows UNKNOWN → CONFIRMED for %d attempts, %d late lookups, %d rows in all; want %d, %d, and no other row",
+			confirmed, distinct, late, all, n, n)
+	}
+	for _, p := range held {
+		if k := count(t, ctx, admin, `SELECT count(*) FROM attempt_transition WHERE attempt_id = $1 AND cause = 'lookup'
+			AND from_status = 'CONFIRMED' AND to_status = 'CONFIRMED' AND note = 'late lookup after CONFIRMED; lease lost'`, p.id); k < 1 {
+			t.Errorf("paused attempt %s: no late-lookup row for the paused verdict", p.id)
+		}
 	}
 	res := resolutions(t, ctx, admin)
 	keys := map[string]int{}
@@ -290,8 +300,8 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 			t.Errorf("lease lost %v times at paused reconciler %d, want ≥ %d", li, i, budget)
 		}
 	}
-	if lost < paused {
-		t.Errorf("lease lost %v times in all, want ≥ %d", lost, paused)
+	if lost < paused || int(lost) != late {
+		t.Errorf("lease lost %v times in all, %d late lookups audited; want ≥ %d, one row each", lost, late, paused)
 	}
 	if resolved != n || contradictions != 0 {
 		t.Errorf("resolutions counted %v, contradictions %v; want %d, 0", resolved, contradictions, n)

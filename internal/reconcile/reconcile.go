@@ -35,14 +35,20 @@ type Config struct {
 	Owner string
 	// Providers is the capability map (required).
 	Providers *providers.Map
-	// Poll is the pause between rounds when nothing was due (default 250ms).
+	// Poll is the pause before claiming again when nothing was due, and the period of the stale
+	// sweep and of the oldest-UNKNOWN gauge (default 250ms).
 	Poll time.Duration
-	// Batch is the most attempts claimed per round (default 100).
+	// Batch is the most attempts claimed by one statement (default 100); Run never claims more
+	// than its free workers.
 	Batch int
-	// Workers is how many provider calls run at once (default 8).
+	// Workers is how many checks run at once (default 8). At one provider at most its
+	// capability map's maxInFlight lookups run at once.
 	Workers int
 	// CallTimeout bounds one provider call (default 5s); the lease lasts twice as long.
 	CallTimeout time.Duration
+	// ShutdownTimeout bounds phase two of Run's shutdown: once ctx ends, the checks in flight get
+	// this long to finish, then their context is cancelled (default 2 × CallTimeout, the lease).
+	ShutdownTimeout time.Duration
 	// InitialInterval, Multiplier, MaxInterval, RandomizationFactor shape the backoff between
 	// checks: interval(n) = min(Initial × Multiplier^n, Max) with jitter (defaults 1s, 2, 10m, 0.2).
 	InitialInterval     time.Duration
@@ -70,6 +76,7 @@ func (c Config) withDefaults() Config {
 	c.Batch = cmp.Or(c.Batch, 100)
 	c.Workers = cmp.Or(c.Workers, 8)
 	c.CallTimeout = cmp.Or(c.CallTimeout, 5*time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 2*c.CallTimeout)
 	c.InitialInterval = cmp.Or(c.InitialInterval, time.Second)
 	c.Multiplier = cmp.Or(c.Multiplier, 2)
 	c.MaxInterval = cmp.Or(c.MaxInterval, 10*time.Minute)
@@ -97,6 +104,7 @@ type Reconciler struct {
 	log      *slog.Logger
 	now      Clock
 	metrics  *Metrics
+	slots    *slots
 	// dbClockFloor: see Config.DatabaseClockFloor.
 	dbClockFloor bool
 	// BeforeWrite, when set, runs after the provider answered and before the fenced write
@@ -120,51 +128,139 @@ func New(cfg Config, pool *pgxpool.Pool, p providers.Provider, log *slog.Logger,
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	return &Reconciler{cfg: cfg, pool: pool, provider: p, log: log, now: now, metrics: NewMetrics(reg, cfg.Providers), dbClockFloor: floor}, nil
+	metrics := NewMetrics(reg, cfg.Providers)
+	return &Reconciler{cfg: cfg, pool: pool, provider: p, log: log, now: now, metrics: metrics,
+		slots: newSlots(cfg.Workers, cfg.Providers, metrics), dbClockFloor: floor}, nil
 }
 
-// Run reconciles until ctx ends: ticker → RunOnce → log → continue (STYLE.md habit 11).
+// Run reconciles until ctx ends. Checks flow independently: the claim loop claims due
+// attempts whenever a worker is free — never more than the free workers, never more for a
+// provider than its free lookup slots (maxInFlight) — and each check runs on its own, so a hung
+// lookup holds only its own slots, until CallTimeout. The stale sweep and the oldest-UNKNOWN
+// gauge run every Poll. Shutdown is two-phase: when ctx ends Run stops claiming, then waits for
+// the checks in flight, at most ShutdownTimeout (then they are cancelled; their leases make the
+// attempts due again).
 func (r *Reconciler) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		n, err := r.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("reconcile round failed; retrying", "err", err)
-		}
-		if n == 0 || err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(r.cfg.Poll):
-			}
-		}
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	r.claimLoop(ctx, work, &wg)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.cfg.ShutdownTimeout):
+		r.log.Warn("checks still in flight at the shutdown bound; cancelled", "shutdown_timeout", r.cfg.ShutdownTimeout.String())
+		cancelWork()
+		<-done
 	}
 	return nil
 }
 
-// RunOnce turns stale IN_PROGRESS attempts UNKNOWN, then claims and checks one batch of due
-// UNKNOWN attempts. It returns how many attempts it checked.
-func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
-	if err := r.sweepStale(ctx); err != nil {
-		return 0, err
+// claimLoop claims and starts checks on work until ctx ends.
+func (r *Reconciler) claimLoop(ctx, work context.Context, wg *sync.WaitGroup) {
+	var swept time.Time
+	for ctx.Err() == nil {
+		if time.Since(swept) >= r.cfg.Poll {
+			swept = time.Now()
+			if err := r.housekeeping(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("stale sweep or oldest-UNKNOWN gauge failed; retrying", "err", err)
+			}
+		}
+		r.slots.drainFreed()
+		free := r.slots.freeWorkers()
+		if free == 0 {
+			r.wait(ctx, true) // every worker busy: until one is free
+			continue
+		}
+		lim := r.slots.limits()
+		n := min(free, r.cfg.Batch)
+		claimed, err := r.claim(ctx, n, lim)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("claim failed; retrying", "err", err)
+			}
+			r.wait(ctx, false)
+			continue
+		}
+		for _, c := range claimed {
+			r.slots.take(c.Row.Provider)
+			wg.Go(func() {
+				defer r.slots.give(c.Row.Provider)
+				if err := r.check(work, c); err != nil && work.Err() == nil {
+					r.log.Warn("check failed; due again when its lease expires", "attempt_id", c.Row.ID, "err", err)
+				}
+			})
+		}
+		switch {
+		case len(claimed) == n || lim.filled(claimed):
+			// More may be due: claim again at once (for the other providers when one filled up).
+		case len(lim.full) > 0:
+			r.wait(ctx, true) // a full provider's due attempts wait for one of its slots
+		default:
+			r.wait(ctx, false) // nothing more is due
+		}
 	}
-	if err := r.observeOldest(ctx); err != nil {
+}
+
+// wait pauses the claim loop for Poll, until ctx ends, or — when onFree — until a check
+// finishes.
+func (r *Reconciler) wait(ctx context.Context, onFree bool) {
+	var freed <-chan struct{}
+	if onFree {
+		freed = r.slots.freed
+	}
+	t := time.NewTimer(r.cfg.Poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-freed:
+	}
+}
+
+// housekeeping turns stale IN_PROGRESS attempts UNKNOWN and sets the oldest-UNKNOWN gauge.
+func (r *Reconciler) housekeeping(ctx context.Context) error {
+	if err := r.sweepStale(ctx); err != nil {
+		return err
+	}
+	return r.observeOldest(ctx)
+}
+
+// RunOnce turns stale IN_PROGRESS attempts UNKNOWN, then claims one batch of due UNKNOWN
+// attempts and checks them — at most Workers at once, at most maxInFlight per provider — and
+// waits for the whole batch. It returns how many attempts it checked. It is the batch mode tests
+// drive step by step; Run does not wait for batches. Do not call it while Run runs.
+func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
+	if err := r.housekeeping(ctx); err != nil {
 		return 0, err
 	}
 	claimed, err := r.Claim(ctx, r.cfg.Batch)
 	if err != nil {
 		return 0, err
 	}
-	sem := make(chan struct{}, r.cfg.Workers)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
 	for _, c := range claimed {
-		sem <- struct{}{}
+		if err := r.slots.takeWorker(ctx); err != nil {
+			fail(err)
+			break
+		}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			defer r.slots.giveWorker()
+			if err := r.slots.takeProvider(ctx, c.Row.Provider); err != nil {
+				fail(err)
+				return
+			}
+			defer r.slots.giveProvider(c.Row.Provider)
 			if err := r.check(ctx, c); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
+				fail(err)
 			}
 		})
 	}
@@ -182,19 +278,32 @@ type Claimed struct {
 // token is bumped (the fencing token), lease_owner and lease_expires_at set, and next_check_at
 // moved to the lease expiry so that a reconciler that dies leaves them due again then.
 func (r *Reconciler) Claim(ctx context.Context, n int) ([]Claimed, error) {
+	return r.claim(ctx, n, limits{})
+}
+
+// claim is Claim within lim: no attempt of a full provider, at most caps[i] of names[i] (the
+// earliest due), whatever the order of the due rows. The candidates are the n earliest due rows
+// of the other providers, locked SKIP LOCKED; those beyond a provider's cap stay as they are
+// (their lock ends with the statement), so a claimed row never waits for a lookup slot.
+func (r *Reconciler) claim(ctx context.Context, n int, lim limits) ([]Claimed, error) {
 	now := r.now()
 	lease := 2 * r.cfg.CallTimeout
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, `WITH due AS (
-			SELECT id FROM booking_attempt
-			WHERE status = 'UNKNOWN' AND next_check_at <= $1
+	rows, err := r.pool.Query(ctx, `WITH cand AS MATERIALIZED (
+			SELECT id, provider, next_check_at FROM booking_attempt
+			WHERE status = 'UNKNOWN' AND next_check_at <= $1 AND provider <> ALL($5::text[])
 			ORDER BY next_check_at
 			LIMIT $2
-			FOR UPDATE SKIP LOCKED)
+			FOR UPDATE SKIP LOCKED),
+		due AS (
+			SELECT c.id FROM (SELECT id, provider, row_number() OVER (PARTITION BY provider ORDER BY next_check_at, id) AS nth
+				FROM cand) c
+			LEFT JOIN unnest($6::text[], $7::int[]) AS cap(provider, free) ON cap.provider = c.provider
+			WHERE cap.free IS NULL OR c.nth <= cap.free)
 		UPDATE booking_attempt a SET lease_owner = $3, lease_token = a.lease_token + 1,
 			lease_expires_at = $4, next_check_at = $4
 		FROM due WHERE a.id = due.id
-		RETURNING a.id, a.lease_token`, now, n, r.cfg.Owner, now.Add(lease))
+		RETURNING a.id, a.lease_token`, now, n, r.cfg.Owner, now.Add(lease), nonNil(lim.full), nonNil(lim.names), nonNil(lim.caps))
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: claim: %w", err)
 	}
