@@ -10,6 +10,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -18,11 +19,23 @@ import (
 
 type cli struct {
 	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" default:"postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable" help:"PostgreSQL URL (a read-only role is enough)."`
+	Pooler       string        `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
 	Providers    string        `env:"BOOKRECON_PROVIDERS" required:"" type:"existingfile" help:"Capability map: maxVersions per provider."`
 	Addr         string        `env:"BOOKRECON_QUERY_ADDR" default:"127.0.0.1:8080" help:"Address of the API, /metrics, /livez and /readyz."`
-	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections."`
+	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections (at least 2: a request and the readiness check)."`
 	QueryTimeout time.Duration `env:"BOOKRECON_QUERY_TIMEOUT" default:"5s" help:"Bound on one request's database work."`
 }
+
+// needs are what the API holds at once: a request's connection and the readiness check's.
+var needs = service.Needs{{What: "a request", Conns: 1}, service.ReadinessNeed}
+
+func (c cli) pool() service.PoolConfig {
+	return service.PoolConfig{Name: "query-api", URL: c.DatabaseURL, Pooler: postgres.Pooler(c.Pooler), MaxConns: c.MaxDBConns, Needs: needs}
+}
+
+// Validate refuses a pool the API cannot run on when the command line is parsed (a usage
+// error: exit 80).
+func (c cli) Validate() error { return c.pool().Validate() }
 
 func main() {
 	var c cli
@@ -37,7 +50,7 @@ func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)
 	if err != nil {
 		return err
 	}
-	pool, err := service.OpenPool(ctx, log, c.DatabaseURL, c.MaxDBConns, false)
+	pool, err := service.OpenPool(ctx, log, c.pool())
 	if err != nil {
 		return err
 	}
