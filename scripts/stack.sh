@@ -6,6 +6,7 @@
 #
 # PostgreSQL: postgresql://bookrecon:bookrecon@127.0.0.1:5432/bookrecon (role may create databases).
 # Kafka:      127.0.0.1:19092 (controller 19093). Jars resolved with mvn into .stack/kafka/libs.
+# PgBouncer:  Debian's package installed, not started (the tests start their own).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STACK="$ROOT/.stack"
@@ -31,6 +32,12 @@ pg_up() {
     log "installing postgresql"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+  fi
+  # PgBouncer: only the binary; the transaction-pooler tests (pgtest.Bouncer) run their own.
+  if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+    log "installing pgbouncer"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq pgbouncer >/dev/null
   fi
   local ver; ver="$(ls /usr/lib/postgresql | sort -V | tail -1)"
   if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$ver main$"; then

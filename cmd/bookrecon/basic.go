@@ -43,7 +43,12 @@ func (c *topicsCmd) Run(ctx context.Context, g *Globals) error {
 type migrateCmd struct{}
 
 func (migrateCmd) Run(ctx context.Context, g *Globals) error {
-	pool, err := postgres.Open(ctx, g.DatabaseURL, 2)
+	u, err := g.migrateURL()
+	if err != nil {
+		return err
+	}
+	// Two connections: goose's session lock holds one while the migrations run on the other.
+	pool, err := postgres.Open(ctx, u, 2)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/demo"
 	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -53,7 +54,15 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("samples folder %s: %w (set BOOKRECON_SAMPLES or --samples)", dir, err)
 		}
 	}
-	dbURL, err := recreateDB(ctx, g.DatabaseURL, c.Database)
+	admin, err := g.migrateURL()
+	if err != nil {
+		return err
+	}
+	migrateURL, err := recreateDB(ctx, admin, c.Database)
+	if err != nil {
+		return err
+	}
+	dbURL, err := withDatabase(g.DatabaseURL, c.Database)
 	if err != nil {
 		return err
 	}
@@ -81,7 +90,8 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Printf("bookrecon demo: samples %s, database %s, logs %s\n", dir, c.Database, c.Log)
 	fmt.Println("publishing samples/attempts.jsonl rebased to now (about 82s); the report comes at 125s")
 	res, err := demo.Run(ctx, demo.Options{
-		Brokers: g.KafkaBrokers, DatabaseURL: dbURL, SamplesDir: dir, Topics: tp, Out: os.Stdout, Live: live,
+		Brokers: g.KafkaBrokers, DatabaseURL: dbURL, MigrateDatabaseURL: migrateURL, Pooler: postgres.Pooler(g.Pooler),
+		SamplesDir: dir, Topics: tp, Out: os.Stdout, Live: live,
 		Logger: demoLogger(logf),
 	})
 	if err != nil {
@@ -96,9 +106,20 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
+// withDatabase is the URL u naming database name instead.
+func withDatabase(u, name string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	p.Path = "/" + name
+	return p.String(), nil
+}
+
 // recreateDB drops and creates database name (through the server's maintenance database, so
-// the URL may name the demo database itself) and returns its URL. Only a name ending in _demo
-// is accepted: the demo must never drop a database someone works in.
+// the URL may name the demo database itself; a direct session, never through a transaction
+// pooler) and returns its URL. Only a name ending in _demo is accepted: the demo must never drop
+// a database someone works in.
 func recreateDB(ctx context.Context, adminURL, name string) (string, error) {
 	if !strings.HasSuffix(name, "_demo") {
 		return "", fmt.Errorf("--database %q: the demo drops and recreates it, so its name must end in _demo", name)

@@ -11,7 +11,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/check"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
-	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -93,7 +92,7 @@ func (c *checkCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
-	pool, err := postgres.Open(ctx, g.DatabaseURL, 4)
+	pool, err := g.open(ctx, 4)
 	if err != nil {
 		return err
 	}

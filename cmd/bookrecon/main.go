@@ -5,12 +5,15 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
@@ -19,7 +22,24 @@ import (
 // Globals are shared by every subcommand.
 type Globals struct {
 	DatabaseURL  string   `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
+	MigrateURL   string   `env:"BOOKRECON_MIGRATE_DATABASE_URL" help:"Direct PostgreSQL URL for migrate and the demo's database (default the database URL; required with a transaction pooler)."`
+	Pooler       string   `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
 	KafkaBrokers []string `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
+}
+
+// open opens a pool of at most maxConns on the database URL, for one command.
+func (g *Globals) open(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	return postgres.OpenWith(ctx, g.DatabaseURL, postgres.Options{MaxConns: maxConns, Pooler: postgres.Pooler(g.Pooler)})
+}
+
+// migrateURL is the direct session URL of migrate: the migrate URL, else the database URL but
+// not behind a transaction pooler (the migrations' advisory lock lives in a session).
+func (g *Globals) migrateURL() (string, error) {
+	if g.MigrateURL == "" && postgres.Pooler(g.Pooler) == postgres.PoolerTransaction {
+		return "", errors.New("BOOKRECON_DATABASE_POOLER=transaction: migrations need a direct session to the database " +
+			"(their advisory lock lives in a session): set BOOKRECON_MIGRATE_DATABASE_URL")
+	}
+	return cmp.Or(g.MigrateURL, g.DatabaseURL), nil
 }
 
 type cli struct {

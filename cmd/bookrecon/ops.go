@@ -22,7 +22,6 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/kafka"
-	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
@@ -457,7 +456,7 @@ func (c *decideCmd) run(ctx context.Context, brokers []string, w io.Writer, id u
 
 // withPool opens a small pool on the database for one command.
 func withPool(ctx context.Context, g *Globals, fn func(*pgxpool.Pool) error) error {
-	pool, err := postgres.Open(ctx, g.DatabaseURL, 2)
+	pool, err := g.open(ctx, 2)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,9 @@ import (
 
 type cli struct {
 	DatabaseURL   string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
+	MigrateURL    string        `env:"BOOKRECON_MIGRATE_DATABASE_URL" help:"Direct PostgreSQL URL for the migrations only (default the database URL; required with a transaction pooler)."`
+	Pooler        string        `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
+	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 5)."`
 	KafkaBrokers  []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
 	Providers     service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map (format of samples/providers.yaml)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
@@ -31,6 +34,18 @@ type cli struct {
 	Failpoint     string        `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
 	topics.Flags
 }
+
+func (c cli) config() ingest.Config {
+	return ingest.Config{
+		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
+		MaxDBConns: c.DBConns, Group: c.Group, Topics: c.Flags.Names(), AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays,
+		MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
+	}
+}
+
+// Validate refuses a database pool the ingester cannot run on, and a transaction pooler without
+// a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
+func (c cli) Validate() error { return c.config().PoolConfig().Validate() }
 
 func main() {
 	var c cli
@@ -54,9 +69,8 @@ func main() {
 				select {}
 			})
 		}
-		return ingest.Run(ctx, ingest.Config{
-			Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, Providers: m, Group: c.Group, Topics: c.Flags.Names(),
-			AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
-		}, deps)
+		cfg := c.config()
+		cfg.Providers = m
+		return ingest.Run(ctx, cfg, deps)
 	})
 }

@@ -21,10 +21,22 @@ import (
 type cli struct {
 	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password (a read-only role is enough)."`
 	Providers    service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map: maxVersions per provider."`
+	Pooler       string        `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
 	Addr         string        `env:"BOOKRECON_QUERY_ADDR" default:"127.0.0.1:8080" help:"Address of the API, /metrics, /livez and /readyz."`
-	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections."`
+	MaxDBConns   int32         `env:"BOOKRECON_QUERY_DB_CONNS" default:"10" help:"Most database connections (at least 2: a request and the readiness check)."`
 	QueryTimeout time.Duration `env:"BOOKRECON_QUERY_TIMEOUT" default:"5s" help:"Bound on one request's database work."`
 }
+
+// needs are what the API holds at once: a request's connection and the readiness check's.
+var needs = service.Needs{{What: "a request", Conns: 1}, service.ReadinessNeed}
+
+func (c cli) pool() service.PoolConfig {
+	return service.PoolConfig{Name: "query-api", URL: c.DatabaseURL, Pooler: postgres.Pooler(c.Pooler), MaxConns: c.MaxDBConns, Needs: needs}
+}
+
+// Validate refuses a pool the API cannot run on when the command line is parsed (a usage
+// error: exit 80).
+func (c cli) Validate() error { return c.pool().Validate() }
 
 func main() {
 	var c cli
@@ -40,7 +52,7 @@ func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)
 	if err != nil {
 		return err
 	}
-	pool, err := service.OpenPool(ctx, log, c.DatabaseURL, c.MaxDBConns, false)
+	pool, err := service.OpenPool(ctx, log, c.pool())
 	if err != nil {
 		return err
 	}

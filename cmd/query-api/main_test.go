@@ -37,6 +37,24 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// TestFlagsRefuseSmallPool: a pool smaller than a request's connection plus the readiness
+// check's is a usage error when the command line is parsed.
+func TestFlagsRefuseSmallPool(t *testing.T) {
+	t.Setenv("BOOKRECON_PROVIDERS", mapPath)
+	t.Setenv("BOOKRECON_QUERY_DB_CONNS", "1")
+	t.Setenv("BOOKRECON_DATABASE_POOLER", "transaction") // no migration: no migrate URL needed
+	var c cli
+	p, err := kong.New(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Parse(nil)
+	if err == nil || !strings.Contains(err.Error(), "a database pool of size 1 (its _DB_CONNS) is too small: it holds up to 2") ||
+		strings.Contains(err.Error(), "migrat") {
+		t.Errorf("Parse = %v, want the pool refused (and nothing about migrations)", err)
+	}
+}
+
 // TestRun starts the binary's run on a migrated database and asks it what a booking service and
 // an orchestrator would.
 func TestRun(t *testing.T) {

@@ -23,6 +23,9 @@ import (
 
 type cli struct {
 	DatabaseURL       string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
+	MigrateURL        string        `env:"BOOKRECON_MIGRATE_DATABASE_URL" help:"Direct PostgreSQL URL for the migrations only (default the database URL; required with a transaction pooler)."`
+	Pooler            string        `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
+	DBConns           int32         `env:"BOOKRECON_RECONCILER_DB_CONNS" default:"4" help:"Most database connections (at least 3)."`
 	KafkaBrokers      []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
 	Providers         service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map."`
 	ProviderURL       string        `env:"BOOKRECON_PROVIDER_URL" default:"http://127.0.0.1:18080" help:"Base URL of the providers' lookup API (the simulator)."`
@@ -36,6 +39,16 @@ type cli struct {
 	topics.Flags
 }
 
+func (c cli) service() service.Config {
+	tp := c.Flags.Names()
+	return service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
+		MaxDBConns: c.DBConns, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr, OutputTopics: []string{tp.Resolutions, tp.Escalations}}
+}
+
+// Validate refuses a database pool the reconciler cannot run on, and a transaction pooler without
+// a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
+func (c cli) Validate() error { return c.service().PoolConfig().Validate() }
+
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Description("bookrecon reconciler"))
@@ -47,8 +60,7 @@ func main() {
 		}
 		reg := telemetry.NewRegistry()
 		tp := c.Flags.Names()
-		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr,
-			OutputTopics: []string{tp.Resolutions, tp.Escalations}}, log, reg,
+		return service.Run(ctx, c.service(), log, reg,
 			func(ctx context.Context, pool *pgxpool.Pool) error {
 				rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
 					MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout,

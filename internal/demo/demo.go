@@ -1,8 +1,9 @@
 // Package demo runs the whole pipeline on the normative sample (samples/README.md, "Replaying"):
-// the provider simulator, the ingester, the reconciler and the escalator in one process, each
-// with its own /metrics; it publishes samples/attempts.jsonl rebased to now, publishes the
-// manual decisions once the escalation they settle is out, shows live progress, and compares the
-// end state with samples/expected.json, one line per scenario.
+// the provider simulator, the ingester, the reconciler, the escalator and the query API in one
+// process, each started as its binary starts it (its own pool, outbox relay and /metrics); it
+// publishes samples/attempts.jsonl rebased to now, publishes the manual decisions once the
+// escalation they settle is out, shows live progress, and compares the end state with
+// samples/expected.json, one line per scenario.
 package demo
 
 import (
@@ -19,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
@@ -29,9 +30,9 @@ import (
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
-	"github.com/bookrecon/bookrecon/migrations"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -43,9 +44,13 @@ type Topics = topics.Names
 type Options struct {
 	Brokers     []string
 	DatabaseURL string // a database the demo may fill (the CLI gives it a fresh one)
-	SamplesDir  string
-	Topics      Topics // default topics.Default()
-	Group       string // consumer group (default the ingester's)
+	// MigrateDatabaseURL is a direct session to it for the migrations (default DatabaseURL;
+	// required behind a transaction pooler).
+	MigrateDatabaseURL string
+	Pooler             postgres.Pooler // what DatabaseURL reaches (default none)
+	SamplesDir         string
+	Topics             Topics // default topics.Default()
+	Group              string // consumer group (default the ingester's)
 	// Addresses; ":0" picks a free port. Defaults: simulator 127.0.0.1:18080, ingester 9101,
 	// reconciler 9102, escalator 9103.
 	SimAddr, IngesterAddr, ReconcilerAddr, EscalatorAddr string
@@ -114,14 +119,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := postgres.Open(ctx, o.DatabaseURL, 10)
+	// The demo's own pool (progress, end state) migrates first, as `bookrecon migrate` would.
+	pool, err := service.OpenPool(ctx, o.Logger, service.PoolConfig{Name: "demo", URL: o.DatabaseURL,
+		MigrateURL: o.MigrateDatabaseURL, Pooler: o.Pooler, MaxConns: 4, Migrate: true})
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	if _, err := migrations.UpPool(ctx, pool); err != nil {
-		return nil, err
-	}
 
 	start := time.Now()
 	shift := start.Sub(epoch)
@@ -139,47 +143,62 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	started := func(svc string) func(string) {
 		return func(a string) { addrs <- [2]string{svc, "http://" + a + "/metrics"} }
 	}
-	// Demo settings of samples/README.md: first check 1s after UNKNOWN, then 2, 4, 8, 10, 10 …
-	// s; polls every 250ms; inProgressTimeout 60s; deadlines from providers.yaml (30s).
-	ingCfg := ingest.Config{Brokers: o.Brokers, DatabaseURL: o.DatabaseURL, Providers: pmap, Group: o.Group,
-		Topics: o.Topics, AdminAddr: o.IngesterAddr, FirstCheck: time.Second}
-	wg.Go(func() {
-		if err := ingest.Run(ctx, ingCfg, ingest.Deps{Logger: o.Logger.With("service", "ingester"), AdminStarted: started("ingester")}); err != nil {
-			o.Logger.Error("ingester", "err", err)
-			cancel()
-		}
-	})
-	store := attempt.PoliciesFrom(pmap)
-	recReg := telemetry.NewRegistry()
-	rec, err := reconcile.New(reconcile.Config{Providers: pmap, Poll: 250 * time.Millisecond, InitialInterval: time.Second,
-		Multiplier: 2, MaxInterval: 10 * time.Second, NoJitter: true, InProgressTimeout: 60 * time.Second, FirstCheck: time.Second,
-		CallTimeout: 2 * time.Second, Store: attempt.Config{ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}},
-		pool, providers.NewHTTP(simURL, &http.Client{}), o.Logger.With("service", "reconciler"), recReg, nil)
-	if err != nil {
-		return nil, err
-	}
-	escReg := telemetry.NewRegistry()
-	esc, err := escalate.New(escalate.Config{Providers: pmap, Poll: 250 * time.Millisecond,
-		Store: attempt.Config{Policies: store, ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}}, pool, o.Logger.With("service", "escalator"), escReg)
-	if err != nil {
-		return nil, err
-	}
-	wg.Go(func() { _ = rec.Run(ctx) })
-	wg.Go(func() { _ = esc.Run(ctx) })
-	for _, s := range []struct {
-		name, addr string
-		reg        *prometheus.Registry
-	}{{"reconciler", o.ReconcilerAddr, recReg}, {"escalator", o.EscalatorAddr, escReg}} {
+	// Each service is started as cmd/<service> starts it; one that fails ends the demo.
+	run := func(svc string, f func() error) {
 		wg.Go(func() {
-			_ = telemetry.Serve(ctx, s.addr, s.reg, func(ctx context.Context) error { return pool.Ping(ctx) }, o.Logger.With("service", s.name), started(s.name))
+			if err := f(); err != nil && ctx.Err() == nil {
+				o.Logger.Error(svc+" stopped", "err", err)
+				cancel()
+			}
 		})
 	}
-	wg.Go(func() {
-		err := query.Run(ctx, query.Config{Addr: o.QueryAddr, Providers: pmap}, pool, o.Logger.With("service", "query-api"),
-			telemetry.NewRegistry(), func(a string) { addrs <- [2]string{"query-api", "http://" + a} })
+	// Demo settings of samples/README.md: first check 1s after UNKNOWN, then 2, 4, 8, 10, 10 …
+	// s; polls every 250ms; inProgressTimeout 60s; deadlines from providers.yaml (30s).
+	ingCfg := ingest.Config{Brokers: o.Brokers, DatabaseURL: o.DatabaseURL, MigrateDatabaseURL: o.MigrateDatabaseURL, Pooler: o.Pooler,
+		Providers: pmap, Group: o.Group, Topics: o.Topics, AdminAddr: o.IngesterAddr, FirstCheck: time.Second}
+	run("ingester", func() error {
+		return ingest.Run(ctx, ingCfg, ingest.Deps{Logger: o.Logger.With("service", "ingester"), AdminStarted: started("ingester")})
+	})
+	store := attempt.Config{Policies: attempt.PoliciesFrom(pmap), ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}
+	svc := func(name, addr string) service.Config {
+		return service.Config{Name: name, DatabaseURL: o.DatabaseURL, MigrateDatabaseURL: o.MigrateDatabaseURL, Pooler: o.Pooler,
+			Brokers: o.Brokers, AdminAddr: addr, AdminStarted: started(name), OutputTopics: []string{o.Topics.Resolutions, o.Topics.Escalations}}
+	}
+	recLog := o.Logger.With("service", "reconciler")
+	recReg := telemetry.NewRegistry()
+	run("reconciler", func() error {
+		return service.Run(ctx, svc("reconciler", o.ReconcilerAddr), recLog, recReg, func(ctx context.Context, pool *pgxpool.Pool) error {
+			rec, err := reconcile.New(reconcile.Config{Providers: pmap, Poll: 250 * time.Millisecond, InitialInterval: time.Second,
+				Multiplier: 2, MaxInterval: 10 * time.Second, NoJitter: true, InProgressTimeout: 60 * time.Second, FirstCheck: time.Second,
+				CallTimeout: 2 * time.Second, Store: attempt.Config{ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}},
+				pool, providers.NewHTTP(simURL, &http.Client{}), recLog, recReg, nil)
+			if err != nil {
+				return err
+			}
+			return rec.Run(ctx)
+		})
+	})
+	escLog := o.Logger.With("service", "escalator")
+	escReg := telemetry.NewRegistry()
+	run("escalator", func() error {
+		return service.Run(ctx, svc("escalator", o.EscalatorAddr), escLog, escReg, func(ctx context.Context, pool *pgxpool.Pool) error {
+			esc, err := escalate.New(escalate.Config{Providers: pmap, Poll: 250 * time.Millisecond, Store: store}, pool, escLog, escReg)
+			if err != nil {
+				return err
+			}
+			return esc.Run(ctx)
+		})
+	})
+	qLog := o.Logger.With("service", "query-api")
+	run("query-api", func() error {
+		// As cmd/query-api: a pool of its own, no migration.
+		qpool, err := service.OpenPool(ctx, qLog, service.PoolConfig{Name: "query-api", URL: o.DatabaseURL, Pooler: o.Pooler, MaxConns: 4})
 		if err != nil {
-			o.Logger.Error("query api", "err", err)
+			return err
 		}
+		defer qpool.Close()
+		return query.Run(ctx, query.Config{Addr: o.QueryAddr, Providers: pmap}, qpool, qLog,
+			telemetry.NewRegistry(), func(a string) { addrs <- [2]string{"query-api", "http://" + a} })
 	})
 	for range 4 {
 		select {

@@ -3,13 +3,18 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/demo"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/samples"
 )
@@ -68,4 +73,92 @@ func TestSampleEndToEnd(t *testing.T) {
 			t.Errorf("%s: status %+v gate %s; want %+v gate %s", c.intent, st, gate.Reason, c.want, c.reason)
 		}
 	}
+}
+
+// TestSampleBehindPgBouncer is TestSampleEndToEnd with every service — ingester, reconciler,
+// escalator, query API, each with its own pool as its binary opens it — behind Debian's
+// PgBouncer in transaction mode with pgtest.BouncerPoolSize server connections
+// (BOOKRECON_DATABASE_POOLER=transaction), on an empty database migrated over the direct URL
+// (BOOKRECON_MIGRATE_DATABASE_URL): the end state is expected.json's exactly, and no statement
+// failed for a prepared statement (42P05 already exists, 26000 does not exist).
+func TestSampleBehindPgBouncer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: about two minutes")
+	}
+	t.Parallel()
+	h := pipelinetest.New(t, 3)
+	direct := pgtest.NewEmptyURL(t)
+	bouncer := pgtest.Bouncer(t, direct)
+	dir, err := samples.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := demo.Run(ctx, demo.Options{
+		Brokers: kafkatest.Brokers(), DatabaseURL: bouncer, MigrateDatabaseURL: direct, Pooler: postgres.PoolerTransaction,
+		SamplesDir: dir, Topics: h.Topics, Group: h.Group,
+		SimAddr: "127.0.0.1:0", IngesterAddr: "127.0.0.1:0", ReconcilerAddr: "127.0.0.1:0", EscalatorAddr: "127.0.0.1:0", QueryAddr: "127.0.0.1:0",
+		Out: &out, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\nlogs:\n%s", err, out.String(), logs.String())
+	}
+	t.Logf("report:\n%s", res.Report)
+	if !res.Report.OK() {
+		t.Errorf("the sample's end state differs from expected.json:\n%s", res.Report)
+	}
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "SQLSTATE 42P05") || strings.Contains(line, "SQLSTATE 26000") {
+			t.Errorf("a statement failed behind the pooler: %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("warnings and errors:\n%s", logs.String())
+	}
+	// One relay publishes at a time (the outbox_lease row, no session state): each row once.
+	assertEachRowPublishedOnce(ctx, t, t.Errorf, direct, h.Topics)
+}
+
+// assertEachRowPublishedOnce reports (through fail) unless the output topics hold exactly one
+// record per outbox row of theirs: one relay published, once.
+func assertEachRowPublishedOnce(ctx context.Context, t *testing.T, fail func(string, ...any), dbURL string, tp demo.Topics) {
+	t.Helper()
+	topics := []string{tp.Resolutions, tp.Escalations, tp.AttemptsDLQ}
+	recs, err := demo.ReadTopics(ctx, kafkatest.Brokers(), topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := postgres.Open(ctx, dbURL, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE topic = ANY($1)`, topics).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != rows {
+		fail("assertEachRowPublishedOnce: %d records on the output topics for %d outbox rows: more than one relay published", len(recs), rows)
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -57,6 +57,10 @@ type Config struct {
 	Providers   *providers.Map // capability map (required): known providers, lookups, maxVersions
 	Group       string         // consumer group (default kafka.GroupIngester)
 	Topics      Topics         // default topics.Default()
+	// MigrateDatabaseURL is a direct session to the same database for the migrations (default
+	// DatabaseURL; required behind a transaction pooler: service.PoolConfig).
+	MigrateDatabaseURL string
+	Pooler             postgres.Pooler // what DatabaseURL reaches (default none)
 	// MaxPollRecords bounds a batch (default 4000: the per-batch statements amortise, +20% over
 	// 1000 in `make bench`; a batch holds its intents' locks for well under a second).
 	MaxPollRecords int
@@ -72,7 +76,7 @@ type Config struct {
 	// AdminAddr serves /metrics, /livez, /readyz (default 127.0.0.1:9101; "" keeps the default,
 	// "-" disables).
 	AdminAddr string
-	// MaxDBConns bounds the pool (default 8).
+	// MaxDBConns bounds the pool (default 8; below Needs().Min() Run refuses to start).
 	MaxDBConns int32
 	// BatchTimeout bounds one try of a batch's database work (default 60 s; a 4,000-record batch
 	// takes well under a second). A database that stops answering without closing the
@@ -116,7 +120,25 @@ func (c Config) validate() error {
 	if c.RetentionDays < 3 {
 		errs = append(errs, fmt.Errorf("ingest: RetentionDays %d < 3", c.RetentionDays))
 	}
+	if err := c.PoolConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// Needs are the parts of the ingester that hold a database connection at the same time; the
+// smallest pool it runs on is their sum.
+func Needs() service.Needs {
+	return service.Needs{{What: "batch transaction", Conns: 1}, service.RelayNeed, {What: "partition maintenance", Conns: 1},
+		{What: "lag collector (on scrape)", Conns: 1}, service.ReadinessNeed}
+}
+
+// PoolConfig is the pool c asks for, with the defaults; Run refuses to start when its Validate
+// fails.
+func (c Config) PoolConfig() service.PoolConfig {
+	c = c.withDefaults()
+	return service.PoolConfig{Name: "ingester", URL: c.DatabaseURL, MigrateURL: c.MigrateDatabaseURL, Pooler: c.Pooler,
+		MaxConns: c.MaxDBConns, Needs: Needs(), Migrate: true}
 }
 
 // Deps are the ingester's injected dependencies.
@@ -179,7 +201,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		admin = ln
 		defer admin.Close() // closed by the admin server too; a second Close is harmless
 	}
-	pool, err := service.OpenPool(ctx, deps.Logger, cfg.DatabaseURL, cfg.MaxDBConns, true)
+	pool, err := service.OpenPool(ctx, deps.Logger, cfg.PoolConfig())
 	if err != nil {
 		return err
 	}

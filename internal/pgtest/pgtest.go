@@ -77,6 +77,12 @@ func NewURL(t testing.TB) string {
 	return pgtestdb.Custom(t, config(), migrator{}).URL()
 }
 
+// NewEmptyURL is NewURL without the migrations: a fresh empty database, for tests of migrating.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	return pgtestdb.Custom(t, config(), pgtestdb.NoopMigrator{}).URL()
+}
+
 // NewPool is NewURL plus a pool closed at cleanup.
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,22 +25,46 @@ const DefaultURL = "postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslm
 // (3D000). Outages are not ErrConfig: they are waited out.
 var ErrConfig = errors.New("postgres: configuration")
 
-// Open returns a pool for url (a libpq URL or DSN) after one successful ping. A URL that does
-// not parse is an ErrConfig; any other error is the server's or the network's.
+// Pooler is what stands between the services and PostgreSQL (BOOKRECON_DATABASE_POOLER).
+type Pooler string
+
+const (
+	// PoolerNone: a direct connection, one server session per pool connection (the default).
+	PoolerNone Pooler = "none"
+	// PoolerSession: a pooler in session mode (PgBouncer pool_mode = session), which keeps one
+	// server session per client connection: the same as PoolerNone.
+	PoolerSession Pooler = "session"
+	// PoolerTransaction: a pooler in transaction mode (PgBouncer pool_mode = transaction, a common
+	// production setup), which lends a server session for one transaction — or one statement
+	// outside a transaction — and gives the next one to whichever client asks. Nothing that
+	// lives in a session survives from one transaction to the next: no named prepared
+	// statements, SET, session advisory locks or LISTEN.
+	PoolerTransaction Pooler = "transaction"
+)
+
+// Poolers returns every Pooler.
+func Poolers() []Pooler { return []Pooler{PoolerNone, PoolerSession, PoolerTransaction} }
+
+// Options configure Open beyond the URL.
+type Options struct {
+	// MaxConns bounds the pool (0: the URL's pool_max_conns or pgx's default).
+	MaxConns int32
+	// Pooler is what the URL reaches ("" is PoolerNone).
+	Pooler Pooler
+}
+
+// Open returns a pool for url (a libpq URL or DSN) after one successful ping, with at most
+// maxConns connections, on a direct connection (Options: OpenWith). A URL that does not parse is
+// an ErrConfig; any other error is the server's or the network's.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	return OpenWith(ctx, url, Options{MaxConns: maxConns})
+}
+
+// OpenWith is Open with options (ParseConfig).
+func OpenWith(ctx context.Context, url string, o Options) (*pgxpool.Pool, error) {
+	cfg, err := ParseConfig(url, o)
 	if err != nil {
-		return nil, fmt.Errorf("%w: parse url: %w", ErrConfig, err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	// A cancelled or timed-out context cancels the statement on the server too (a cancel request,
-	// as libpq does), not only the client's socket: otherwise a statement given up on keeps
-	// running — or keeps waiting on locks — and holds a connection slot. The socket is closed
-	// 2 s later if the server does not answer the cancel (a hung server).
-	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 2 * time.Second}
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -53,6 +78,69 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("postgres: ping: %w", err)
 	}
 	return pool, nil
+}
+
+// ParseConfig returns the pool configuration Open uses for url and o; an error is an ErrConfig.
+//
+// Behind PoolerTransaction no statement is prepared by name: pgx's default exec mode (a named
+// prepared statement per query, cached per connection) fails there with 42P05 (prepared
+// statement … already exists) on a server session another client prepared it on, and 26000
+// (… does not exist) on one it was not prepared on. The pool runs pgx's
+// QueryExecModeCacheDescribe instead, with the statement cache off: each query is parsed as the
+// unnamed statement and executed in the same round trip, with the same binary formats and
+// parameter types as the default mode (only their description is cached, on the client), so
+// arrays, unnest, CopyFrom and CollectRows behave as on a direct connection. A
+// default_query_exec_mode of exec or simple_protocol in the URL is kept; describe_exec (two
+// round trips, between which a pooler may switch sessions) and cache_statement are refused.
+func ParseConfig(url string, o Options) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: parse url: %w", ErrConfig, err)
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	switch o.Pooler {
+	case "", PoolerNone, PoolerSession:
+	case PoolerTransaction:
+		cc := cfg.ConnConfig
+		switch {
+		case cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && !explicitExecMode(url):
+			cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		case cc.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe || cc.DefaultQueryExecMode == pgx.QueryExecModeExec ||
+			cc.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol:
+		default:
+			return nil, fmt.Errorf("%w: default_query_exec_mode %q does not work behind a transaction pooler "+
+				"(use cache_describe, the default there, exec or simple_protocol)", ErrConfig, execModeName(cc.DefaultQueryExecMode))
+		}
+		cc.StatementCacheCapacity = 0
+	default:
+		return nil, fmt.Errorf("%w: pooler %q is none of %v", ErrConfig, o.Pooler, Poolers())
+	}
+	// A cancelled or timed-out context cancels the statement on the server too (a cancel request,
+	// as libpq does), not only the client's socket: otherwise a statement given up on keeps
+	// running — or keeps waiting on locks — and holds a connection slot. The socket is closed
+	// 2 s later if the server does not answer the cancel (a hung server).
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 2 * time.Second}
+	}
+	return cfg, nil
+}
+
+// explicitExecMode reports whether url sets default_query_exec_mode (pgx's ParseConfig takes it
+// out of the runtime parameters; pgconn's keeps it there).
+func explicitExecMode(url string) bool {
+	c, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return false
+	}
+	_, ok := c.RuntimeParams["default_query_exec_mode"]
+	return ok
+}
+
+// execModeName is m as default_query_exec_mode spells it.
+func execModeName(m pgx.QueryExecMode) string {
+	return strings.ReplaceAll(m.String(), " ", "_")
 }
 
 // IsRetryable reports whether err is a transaction conflict that a retry of the whole

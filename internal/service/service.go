@@ -1,14 +1,19 @@
 // Package service holds what the service binaries share: Main (logger, signals, exit status),
-// OpenPool (waiting for PostgreSQL, migrating), and for the reconciler and escalator Run — the
-// pool, the admin server, the outbox relay and two-phase shutdown around their loop.
+// OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a direct session),
+// and for the reconciler and escalator Run — the pool, the admin server, the outbox relay and
+// two-phase shutdown around their loop.
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,16 +35,41 @@ import (
 type Config struct {
 	Name        string
 	DatabaseURL string
-	Brokers     []string
-	AdminAddr   string
-	MaxDBConns  int32
+	// MigrateDatabaseURL is a direct session to the same database, used only by the migrations
+	// ("": DatabaseURL; required behind a transaction pooler, see PoolConfig).
+	MigrateDatabaseURL string
+	Pooler             postgres.Pooler // what DatabaseURL reaches ("": none)
+	Brokers            []string
+	AdminAddr          string
+	// AdminStarted, when set, receives the admin server's bound address.
+	AdminStarted func(addr string)
+	// MaxDBConns bounds the pool (default DefaultRunConns; below RunNeeds().Min() Run refuses
+	// to start).
+	MaxDBConns int32
 	// OutputTopics are the topics the service's relay publishes to (its metric series are
 	// pre-created).
 	OutputTopics []string
 }
 
+// DefaultRunConns is the pool of a service Run starts when Config.MaxDBConns is 0.
+const DefaultRunConns = 4
+
+// RunNeeds are the parts of a service Run starts that hold a database connection at the same
+// time: its loop, the outbox relay and the readiness check.
+func RunNeeds() Needs {
+	return Needs{{What: "its loop", Conns: 1}, RelayNeed, ReadinessNeed}
+}
+
+// PoolConfig is the pool Run opens for cfg.
+func (cfg Config) PoolConfig() PoolConfig {
+	return PoolConfig{Name: cfg.Name, URL: cfg.DatabaseURL, MigrateURL: cfg.MigrateDatabaseURL, Pooler: cfg.Pooler,
+		MaxConns: cmp.Or(cfg.MaxDBConns, DefaultRunConns), Needs: RunNeeds(), Migrate: true}
+}
+
 // Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
-// until ctx ends, then stops the relay, closes the Kafka client and the pool last.
+// until ctx ends, then stops the relay, closes the Kafka client and the pool last. A pool
+// smaller than RunNeeds, or a transaction pooler without a direct URL to migrate over, is a
+// configuration error (postgres.ErrConfig), returned at once.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	admin, err := telemetry.Listen(cfg.AdminAddr)
@@ -47,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 		return err
 	}
 	defer admin.Close() // closed by the admin server too; a second Close is harmless
-	pool, err := OpenPool(ctx, log, cfg.DatabaseURL, max(cfg.MaxDBConns, 4), true)
+	pool, err := OpenPool(ctx, log, cfg.PoolConfig())
 	if err != nil {
 		return err
 	}
@@ -71,25 +101,110 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 			}
 			return pool.Ping(ctx)
 		}
-		if err := telemetry.ServeListener(bg, admin, reg, ready, log, nil); err != nil {
+		if err := telemetry.ServeListener(bg, admin, reg, ready, log, cfg.AdminStarted); err != nil {
 			log.Error("admin server", "err", err)
 		}
 	})
 	return loop(ctx, pool)
 }
 
-// OpenPool waits for PostgreSQL (UntilUp: an outage pauses start-up), opens a pool of at most
-// maxConns and, when migrate is set, brings the schema up to date (migrations.UpPool, under its
-// advisory lock). A URL that does not parse (postgres.ErrConfig) fails at once.
-func OpenPool(ctx context.Context, log *slog.Logger, url string, maxConns int32, migrate bool) (*pgxpool.Pool, error) {
+// Need is one part of a service that holds database connections while the others run.
+type Need struct {
+	What  string
+	Conns int32
+}
+
+// The parts every service with a relay or an admin server has.
+var (
+	// RelayNeed: the outbox relay runs one statement at a time (its lease, its round's read and
+	// marks); it holds no session.
+	RelayNeed = Need{What: "outbox relay", Conns: 1}
+	// ReadinessNeed: /readyz pings the database; it must not wait behind the others.
+	ReadinessNeed = Need{What: "readiness check", Conns: 1}
+)
+
+// Needs are the parts of a service that may each hold connections at the same time. A pool
+// smaller than their sum leaves a part waiting for another's connection — the relay, which holds
+// one while it waits for a second, forever: a pool of 1 deadlocks it.
+type Needs []Need
+
+// Min is the smallest pool the parts run on.
+func (n Needs) Min() int32 {
+	var sum int32
+	for _, x := range n {
+		sum += x.Conns
+	}
+	return sum
+}
+
+func (n Needs) String() string {
+	parts := make([]string, len(n))
+	for i, x := range n {
+		parts[i] = fmt.Sprintf("%s %d", x.What, x.Conns)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// PoolConfig configures OpenPool.
+type PoolConfig struct {
+	Name string // the service, for messages
+	// URL is the database the service works on, through a pooler when there is one.
+	URL string
+	// MigrateURL is a direct session to the same database, used only for the migrations (""
+	// is URL). The migrations hold a session advisory lock for their whole run (goose's session
+	// locker, so that services starting together cannot race), which a transaction pooler
+	// breaks: the lock is taken on whichever server session the pooler lends and is not
+	// released with the client. Behind PoolerTransaction it is therefore required.
+	MigrateURL string
+	Pooler     postgres.Pooler // what URL reaches ("": none)
+	MaxConns   int32           // the pool's bound (0: Needs.Min(); pgx's default without Needs)
+	Needs      Needs           // a MaxConns below Needs.Min() is refused
+	Migrate    bool            // bring the schema up to date before returning
+}
+
+// Validate reports every configuration problem of c at once; each is a ConfigError (a
+// postgres.ErrConfig).
+func (c PoolConfig) Validate() error {
+	var errs []error
+	if !slices.Contains(append(postgres.Poolers(), ""), c.Pooler) {
+		errs = append(errs, ConfigError(fmt.Sprintf("%s: database pooler %q is none of %v (BOOKRECON_DATABASE_POOLER)", c.Name, c.Pooler, postgres.Poolers())))
+	}
+	if need := c.Needs.Min(); c.MaxConns > 0 && c.MaxConns < need {
+		errs = append(errs, ConfigError(fmt.Sprintf("%s: a database pool of size %d (its _DB_CONNS) is too small: it holds up to %d connections at once (%s)",
+			c.Name, c.MaxConns, need, c.Needs)))
+	}
+	if c.Migrate && c.Pooler == postgres.PoolerTransaction && (c.MigrateURL == "" || c.MigrateURL == c.URL) {
+		errs = append(errs, ConfigError(c.Name+": behind a transaction pooler the migrations need a direct session to the database "+
+			"(their advisory lock lives in a session): set BOOKRECON_MIGRATE_DATABASE_URL"))
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigError is a database configuration that no retry can mend; it matches postgres.ErrConfig.
+type ConfigError string
+
+func (e ConfigError) Error() string { return string(e) }
+
+// Unwrap makes errors.Is(e, postgres.ErrConfig) hold.
+func (e ConfigError) Unwrap() error { return postgres.ErrConfig }
+
+// OpenPool validates c (an error is returned at once), waits for PostgreSQL (UntilUp: an outage
+// pauses start-up), opens a pool of at most c.MaxConns and, when c.Migrate is set, brings the
+// schema up to date over c.MigrateURL (migrations.UpPool, under its advisory lock, on a pool of
+// its own closed afterwards). A URL that does not parse (postgres.ErrConfig) fails at once.
+func OpenPool(ctx context.Context, log *slog.Logger, c PoolConfig) (*pgxpool.Pool, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c.MaxConns = cmp.Or(c.MaxConns, c.Needs.Min())
 	var pool *pgxpool.Pool
 	err := UntilUp(ctx, log, "postgresql", func() error {
-		p, err := postgres.Open(ctx, url, maxConns)
+		p, err := postgres.OpenWith(ctx, c.URL, postgres.Options{MaxConns: c.MaxConns, Pooler: c.Pooler})
 		if err != nil {
 			return err
 		}
-		if migrate {
-			if _, err := migrations.UpPool(ctx, p); err != nil {
+		if c.Migrate {
+			if err := migrate(ctx, cmp.Or(c.MigrateURL, c.URL)); err != nil {
 				p.Close()
 				return err
 			}
@@ -98,6 +213,18 @@ func OpenPool(ctx context.Context, log *slog.Logger, url string, maxConns int32,
 		return nil
 	}, postgres.ErrConfig)
 	return pool, err
+}
+
+// migrate brings the schema of the database at url, a direct session, up to date.
+func migrate(ctx context.Context, url string) error {
+	// Two connections: goose's session lock holds one while the migrations run on the other.
+	p, err := postgres.Open(ctx, url, 2)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer p.Close()
+	_, err = migrations.UpPool(ctx, p)
+	return err
 }
 
 // Main runs a service binary's body with the conventions every service shares: the JSON logger

@@ -21,7 +21,7 @@ func TestOpenPoolMalformedURL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := service.OpenPool(ctx, slog.New(slog.DiscardHandler), "postgres://%zz", 2, true)
+	_, err := service.OpenPool(ctx, slog.New(slog.DiscardHandler), service.PoolConfig{URL: "postgres://%zz", MaxConns: 2, Migrate: true})
 	if !errors.Is(err, postgres.ErrConfig) {
 		t.Fatalf("OpenPool = %v, want postgres.ErrConfig", err)
 	}
@@ -55,7 +55,7 @@ func TestOpenPoolRefusals(t *testing.T) {
 			tt.edit(&v)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err := service.OpenPool(ctx, slog.New(slog.DiscardHandler), v.String(), 2, true)
+			_, err := service.OpenPool(ctx, slog.New(slog.DiscardHandler), service.PoolConfig{Name: "test", URL: v.String(), MaxConns: 2, Migrate: true})
 			if !errors.Is(err, postgres.ErrConfig) || !strings.Contains(err.Error(), tt.want) || ctx.Err() != nil {
 				t.Fatalf("OpenPool = %v, want postgres.ErrConfig saying %q, at once", err, tt.want)
 			}
@@ -63,6 +63,56 @@ func TestOpenPoolRefusals(t *testing.T) {
 				t.Errorf("the error shows the password: %v", err)
 			}
 		})
+	}
+}
+
+// TestPoolRefusedAtOnce: a pool smaller than what the service holds at once (a pool of 1
+// deadlocked the relay), an unknown pooler, and a transaction pooler with no direct URL to
+// migrate over are configuration errors, reported together and before anything connects.
+func TestPoolRefusedAtOnce(t *testing.T) {
+	if n := service.RunNeeds().Min(); n != 3 {
+		t.Errorf("RunNeeds().Min() = %d, want 3 (loop, relay, readiness)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Nothing listens on port 1: a configuration error must not wait for the database.
+	const url = "postgres://u:p@127.0.0.1:1/d?sslmode=disable"
+	for _, c := range []struct {
+		name string
+		cfg  service.PoolConfig
+		want []string
+	}{
+		{"pool of 1", service.PoolConfig{Name: "reconciler", URL: url, MaxConns: 1, Needs: service.RunNeeds()},
+			[]string{"reconciler: a database pool of size 1 (its _DB_CONNS) is too small: it holds up to 3 connections at once (its loop 1, outbox relay 1, readiness check 1)"}},
+		{"unknown pooler", service.PoolConfig{Name: "x", URL: url, Pooler: "statement"}, []string{`database pooler "statement"`}},
+		{"migrating through the pooler", service.PoolConfig{Name: "escalator", URL: url, Pooler: postgres.PoolerTransaction, Migrate: true},
+			[]string{"escalator: behind a transaction pooler the migrations need a direct session"}},
+		{"migrate URL is the pooler's", service.PoolConfig{Name: "x", URL: url, MigrateURL: url, Pooler: postgres.PoolerTransaction, Migrate: true, MaxConns: 2, Needs: service.RunNeeds()},
+			[]string{"too small", "need a direct session"}},
+	} {
+		start := time.Now()
+		_, err := service.OpenPool(ctx, slog.New(slog.DiscardHandler), c.cfg)
+		if !errors.Is(err, postgres.ErrConfig) {
+			t.Errorf("%s: OpenPool = %v, want postgres.ErrConfig", c.name, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", c.name, err, w)
+			}
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("%s: OpenPool took %s: it waited on a configuration error", c.name, el)
+		}
+	}
+	// Run refuses the same way, and a migrate URL of its own makes a transaction pooler fine.
+	err := service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: url, MaxDBConns: 1}, slog.New(slog.DiscardHandler), nil, nil)
+	if !errors.Is(err, postgres.ErrConfig) {
+		t.Errorf("Run with a pool of 1 = %v, want postgres.ErrConfig", err)
+	}
+	ok := service.Config{Name: "escalator", DatabaseURL: url, MigrateDatabaseURL: "postgres://u:p@127.0.0.1:2/d", Pooler: postgres.PoolerTransaction}
+	if err := ok.PoolConfig().Validate(); err != nil {
+		t.Errorf("%+v: %v", ok, err)
 	}
 }
 

@@ -1,0 +1,38 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+// TestPoolTooSmallRefused: the ingester holds up to 5 connections at once (batch transaction,
+// relay, partition maintenance, lag collector, readiness); a smaller pool — and a transaction
+// pooler with no direct URL to migrate over — is refused at once, before anything connects.
+func TestPoolTooSmallRefused(t *testing.T) {
+	if n := ingest.Needs().Min(); n != 5 {
+		t.Errorf("Needs().Min() = %d, want 5", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := ingest.Run(ctx, ingest.Config{Brokers: []string{"127.0.0.1:1"}, DatabaseURL: "postgres://u:p@127.0.0.1:1/d",
+		Providers: &providers.Map{}, MaxDBConns: 4, Pooler: postgres.PoolerTransaction}, ingest.Deps{Logger: discardLogger()})
+	if !errors.Is(err, postgres.ErrConfig) {
+		t.Fatalf("Run = %v, want postgres.ErrConfig", err)
+	}
+	for _, w := range []string{"ingester: a database pool of size 4 (its _DB_CONNS) is too small: it holds up to 5 connections at once", "need a direct session"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("Run took %s: it waited on a configuration error", el)
+	}
+}

@@ -1,0 +1,125 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+)
+
+const base = "postgres://u:p@127.0.0.1:5432/d?sslmode=disable"
+
+// TestParseConfigPooler: behind a transaction pooler no statement is prepared by name — pgx's
+// cache_describe mode without statement cache, or the URL's exec / simple_protocol — and the
+// modes that need one session across round trips are refused; elsewhere pgx's default stays.
+func TestParseConfigPooler(t *testing.T) {
+	for _, c := range []struct {
+		url    string
+		pooler postgres.Pooler
+		want   pgx.QueryExecMode
+		cache  bool // statement cache on
+		err    bool
+	}{
+		{base, "", pgx.QueryExecModeCacheStatement, true, false},
+		{base, postgres.PoolerNone, pgx.QueryExecModeCacheStatement, true, false},
+		{base, postgres.PoolerSession, pgx.QueryExecModeCacheStatement, true, false},
+		{base, postgres.PoolerTransaction, pgx.QueryExecModeCacheDescribe, false, false},
+		{base + "&default_query_exec_mode=exec", postgres.PoolerTransaction, pgx.QueryExecModeExec, false, false},
+		{base + "&default_query_exec_mode=simple_protocol", postgres.PoolerTransaction, pgx.QueryExecModeSimpleProtocol, false, false},
+		{base + "&default_query_exec_mode=cache_describe", postgres.PoolerTransaction, pgx.QueryExecModeCacheDescribe, false, false},
+		{base + "&default_query_exec_mode=cache_statement", postgres.PoolerTransaction, 0, false, true},
+		{base + "&default_query_exec_mode=describe_exec", postgres.PoolerTransaction, 0, false, true},
+		{"host=127.0.0.1 user=u dbname=d default_query_exec_mode=describe_exec", postgres.PoolerTransaction, 0, false, true},
+		{base, "statement", 0, false, true},
+	} {
+		cfg, err := postgres.ParseConfig(c.url, postgres.Options{MaxConns: 3, Pooler: c.pooler})
+		if c.err {
+			if !errors.Is(err, postgres.ErrConfig) {
+				t.Errorf("%s, pooler %q: err = %v, want an ErrConfig", c.url, c.pooler, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s, pooler %q: %v", c.url, c.pooler, err)
+			continue
+		}
+		cc := cfg.ConnConfig
+		if cc.DefaultQueryExecMode != c.want || (cc.StatementCacheCapacity > 0) != c.cache || cfg.MaxConns != 3 {
+			t.Errorf("%s, pooler %q: mode %v, statement cache %d, max conns %d; want %v, cache %v, 3",
+				c.url, c.pooler, cc.DefaultQueryExecMode, cc.StatementCacheCapacity, cfg.MaxConns, c.want, c.cache)
+		}
+	}
+}
+
+// TestBehindTransactionPooler runs what the services' statements rely on — parameters of every
+// kind, arrays into unnest, CopyFrom, CollectRows, savepoints — many times over through PgBouncer
+// in transaction mode on more client connections than it has server sessions, so that each
+// client meets sessions other clients used: nothing may fail for a prepared statement.
+func TestBehindTransactionPooler(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	direct := pgtest.NewURL(t)
+	setup, err := postgres.Open(ctx, direct, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close()
+	if _, err := setup.Exec(ctx, `CREATE TABLE pooler_probe (id bigint PRIMARY KEY, name text NOT NULL, at timestamptz, doc jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := postgres.OpenWith(ctx, pgtest.Bouncer(t, direct), postgres.Options{MaxConns: 2 * pgtest.BouncerPoolSize, Pooler: postgres.PoolerTransaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	errs := make(chan error, 8)
+	for w := range 8 {
+		go func() {
+			errs <- func() error {
+				for i := range 20 {
+					id := int64(w*1000 + i)
+					err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+						if _, err := tx.CopyFrom(ctx, pgx.Identifier{"pooler_probe"}, []string{"id", "name", "at", "doc"},
+							pgx.CopyFromRows([][]any{{id, "copied", time.Now(), map[string]any{"w": w}}})); err != nil {
+							return err
+						}
+						return postgres.Savepoint(ctx, tx, func(tx pgx.Tx) error {
+							_, err := tx.Exec(ctx, `UPDATE pooler_probe p SET name = u.name FROM unnest($1::bigint[], $2::text[]) AS u(id, name) WHERE p.id = u.id`,
+								[]int64{id}, []string{"updated"})
+							return err
+						})
+					})
+					if err != nil {
+						return err
+					}
+					rows, err := pool.Query(ctx, `SELECT id, name FROM pooler_probe WHERE id = ANY($1) AND at <= $2`, []int64{id}, time.Now())
+					if err != nil {
+						return err
+					}
+					got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+						ID   int64
+						Name string
+					}])
+					if err != nil {
+						return err
+					}
+					if len(got) != 1 || got[0].Name != "updated" {
+						return errors.New("read back a wrong row")
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatalf("behind the pooler: %v", err)
+		}
+	}
+}
