@@ -1,6 +1,7 @@
 // Package pgtest gives each test its own migrated PostgreSQL database, cloned from a template
 // that is migrated once per schema hash (github.com/peterldowns/pgtestdb). The server is the one
-// scripts/stack.sh starts; BOOKRECON_DATABASE_URL overrides it.
+// scripts/stack.sh starts; BOOKRECON_DATABASE_URL overrides it. A test that stops its server
+// takes a cluster of its own instead (OwnCluster).
 package pgtest
 
 import (

@@ -37,11 +37,17 @@ type Harness struct {
 // New creates topics (partitions each) and a database for t.
 func New(t testing.TB, partitions int32) *Harness {
 	t.Helper()
+	return NewOn(t, partitions, pgtest.NewURL(t))
+}
+
+// NewOn is New with the migrated database at dbURL (a database of pgtest.Cluster's, say).
+func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
+	t.Helper()
 	sfx := kafkatest.Suffix()
 	tp := topics.FromSuffix(sfx) // what BOOKRECON_TOPIC_SUFFIX=<Suffix> gives a binary
 	kafkatest.CreateTopics(t, partitions, tp.All()...)
 	h := &Harness{T: t, Topics: tp, Suffix: sfx, Group: "bookrecon-ingester-" + sfx}
-	h.DBURL = pgtest.NewURL(t)
+	h.DBURL = dbURL
 	pool, err := postgres.Open(context.Background(), h.DBURL, 10)
 	if err != nil {
 		t.Fatal(err)
