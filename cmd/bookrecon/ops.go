@@ -29,12 +29,13 @@ import (
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
-// opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide, outbox ….
+// opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide, outbox …, dlq ….
 type opsCmds struct {
 	Escalations escalationsCmd `cmd:"" help:"List and show escalations (ops)."`
 	Attempt     attemptCmd     `cmd:"" help:"Inspect one attempt (ops)."`
 	Decide      decideCmd      `cmd:"" help:"Publish an audited manual decision (decision.recorded) to booking.manual-decisions.v1."`
 	Outbox      outboxCmd      `cmd:"" help:"List, retry or discard the outbox rows the relay set aside (ops)."`
+	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"List, show and redrive the dead letters on the dead-letter topics (ops); set-aside outbox rows: bookrecon outbox."`
 }
 
 // outputFlags are shared by the ops commands.
