@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/check"
@@ -75,13 +78,33 @@ func (c *loadgenCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 type checkCmd struct {
-	Input     string `required:"" help:"Folder written by loadgen (attempts.jsonl, provider-truth.json, expected.json)."`
-	Providers string `env:"BOOKRECON_PROVIDERS" type:"existingfile" help:"Capability map, for the deadlines."`
-	Group     string `default:"bookrecon-ingester" help:"The ingester's consumer group."`
+	Input     string         `required:"" help:"Folder written by loadgen (attempts.jsonl, provider-truth.json, expected.json)."`
+	Providers string         `env:"BOOKRECON_PROVIDERS" type:"existingfile" help:"Capability map, for the deadlines."`
+	Group     string         `default:"bookrecon-ingester" help:"The ingester's consumer group."`
+	Wait      *time.Duration `placeholder:"DURATION" help:"How long to wait for the pipeline to settle before checking (consumer lag 0, outbox backlog 0, every UNKNOWN attempt terminal or escalated); not settled by then exits 3. Default: the longest escalation deadline of the capability map (30m without one) + 30s."`
 	topics.Flags
 }
 
+// exitNotSettled is check's exit status when the pipeline did not settle within --wait: the
+// invariants were not checked (1 is "invariants violated", 80 a usage error).
+const exitNotSettled = 3
+
+// settleMargin is added to the longest escalation deadline for check's default --wait.
+const settleMargin = 30 * time.Second
+
+// Validate refuses a negative --wait (a usage error: exit 80).
+func (c *checkCmd) Validate() error {
+	if c.Wait != nil && *c.Wait < 0 {
+		return fmt.Errorf("--wait %s: must not be negative", *c.Wait)
+	}
+	return nil
+}
+
 func (c *checkCmd) Run(ctx context.Context, g *Globals) error {
+	return c.run(ctx, g, os.Stdout)
+}
+
+func (c *checkCmd) run(ctx context.Context, g *Globals, w io.Writer) error {
 	in, err := loadgen.Read(c.Input)
 	if err != nil {
 		return err
@@ -97,12 +120,34 @@ func (c *checkCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
+	cl, err := kgo.NewClient(kafka.Options(g.KafkaBrokers, nil, nil, "cli")...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	tp := c.Flags.Names()
+	wait := check.LongestDeadline(m) + settleMargin
+	if c.Wait != nil {
+		wait = *c.Wait
+	}
+	fmt.Fprintf(w, "waiting up to %s for the pipeline to settle (--wait)\n", wait)
+	src := check.Source{Pool: pool, Admin: kadm.NewClient(cl), Group: c.Group, Input: []string{tp.Attempts, tp.Decisions}}
+	_, err = check.WaitSettled(ctx, src, check.WaitOptions{Wait: wait, Report: func(p check.Progress, waited time.Duration) {
+		fmt.Fprintf(w, "%5s  %s\n", age(waited), p)
+	}})
+	if errors.Is(err, check.ErrNotSettled) {
+		return exitError{code: exitNotSettled, err: fmt.Errorf("%w; the invariants were not checked "+
+			"(raise --wait; bookrecon escalations list and bookrecon outbox list show what waits on a person)", err)}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "settled; checking")
 	rep, err := check.Run(ctx, pool, g.KafkaBrokers, tp, check.Input{Run: in, Providers: m, Consumer: c.Group + "/" + tp.Attempts})
 	if err != nil {
 		return err
 	}
-	fmt.Print(rep)
+	fmt.Fprint(w, rep)
 	if !rep.OK() {
 		return fmt.Errorf("invariants violated")
 	}

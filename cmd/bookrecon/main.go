@@ -62,6 +62,21 @@ func main() {
 	c.Globals.DatabaseURL = cmp.Or(c.Globals.DatabaseURL, postgres.DefaultURL)
 	if err := kctx.Run(&c.Globals); err != nil {
 		fmt.Fprintln(os.Stderr, "bookrecon:", err)
+		var e exitError
+		if errors.As(err, &e) {
+			os.Exit(e.code)
+		}
 		os.Exit(1) // usage errors exited 80 in ParseFlags
 	}
 }
+
+// exitError is a failure with its own exit status: check's "not settled" (3), and the refusals
+// that are usage-like (service.ExitUsage, 80) although found after parsing, such as decide for
+// an attempt its database does not hold.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }

@@ -21,17 +21,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
-// opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide, outbox ….
+// opsCmds are embedded in the cli: bookrecon escalations …, attempt …, decide, outbox …, dlq ….
 type opsCmds struct {
 	Escalations escalationsCmd `cmd:"" help:"List and show escalations (ops)."`
 	Attempt     attemptCmd     `cmd:"" help:"Inspect one attempt (ops)."`
 	Decide      decideCmd      `cmd:"" help:"Publish an audited manual decision (decision.recorded) to booking.manual-decisions.v1."`
 	Outbox      outboxCmd      `cmd:"" help:"List, retry or discard the outbox rows the relay set aside (ops)."`
+	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"List, show and redrive the dead letters on the dead-letter topics (ops); set-aside outbox rows: bookrecon outbox."`
 }
 
 // outputFlags are shared by the ops commands.
@@ -303,7 +306,8 @@ type decideCmd struct {
 	Reason       string `placeholder:"TEXT" help:"Why: how the outcome was verified."`
 	EscalationID string `name:"escalation-id" placeholder:"ID" help:"Close only this escalation (by default the decision closes the attempt's open anomaly escalations)."`
 	Retryable    bool   `default:"true" negatable:"" help:"For FAILED: whether the failure allows a safe retry; --retryable=false when the provider may still hold a booking."`
-	DryRun       bool   `help:"Print the event instead of publishing it."`
+	Pending      bool   `help:"Publish even though the database holds no such attempt (not recorded yet): the ingester keeps the decision until the attempt is recorded and turns UNKNOWN or terminal. Without it decide refuses, so a mistyped key or the wrong database is not decided on."`
+	DryRun       bool   `help:"Print the event instead of publishing it (the database is not asked)."`
 	Topic        string `hidden:"" help:"Target topic (default the manual decisions topic, with the topic suffix if one is set)."`
 	outputFlags
 	topics.Flags
@@ -411,7 +415,26 @@ func (c *decideCmd) Validate() error { return c.validate() } // kong prefixes "d
 
 func (c *decideCmd) Run(ctx context.Context, g *Globals) error {
 	c.Topic = cmp.Or(c.Topic, c.Flags.Names().Decisions)
-	return c.run(ctx, g.KafkaBrokers, os.Stdout, uuid.Must(uuid.NewV7()), time.Now())
+	id, now := uuid.Must(uuid.NewV7()), time.Now()
+	if c.DryRun {
+		return c.run(ctx, decideDeps{}, os.Stdout, id, now)
+	}
+	return withPool(ctx, g, func(pool *pgxpool.Pool) error {
+		return c.run(ctx, decideDeps{DB: pool, Where: where(pool), Brokers: g.KafkaBrokers}, os.Stdout, id, now)
+	})
+}
+
+// decideDeps are where decide looks the attempt up and publishes.
+type decideDeps struct {
+	DB      query.DB
+	Where   string // the database, as shown: "database NAME on HOST:PORT" (never the password)
+	Brokers []string
+}
+
+// where names pool's database for messages: dbname, host and port, never the user or password.
+func where(pool *pgxpool.Pool) string {
+	cc := pool.Config().ConnConfig
+	return fmt.Sprintf("database %s on %s:%d", cc.Database, cc.Host, cc.Port)
 }
 
 // decideResult is decide's --json output.
@@ -421,10 +444,19 @@ type decideResult struct {
 	Partition *int32          `json:"partition,omitempty"`
 	Offset    *int64          `json:"offset,omitempty"`
 	Published bool            `json:"published"`
+	Attempt   *decideAttempt  `json:"attempt,omitempty"`
+	Next      string          `json:"next,omitempty"`
 	Event     json.RawMessage `json:"event"`
 }
 
-func (c *decideCmd) run(ctx context.Context, brokers []string, w io.Writer, id uuid.UUID, now time.Time) error {
+// decideAttempt is what decide found in its database.
+type decideAttempt struct {
+	Database string `json:"database"`
+	Found    bool   `json:"found"`
+	Status   string `json:"status,omitempty"`
+}
+
+func (c *decideCmd) run(ctx context.Context, deps decideDeps, w io.Writer, id uuid.UUID, now time.Time) error {
 	raw, d, err := c.build(id, now)
 	if err != nil {
 		return err
@@ -437,7 +469,19 @@ func (c *decideCmd) run(ctx context.Context, brokers []string, w io.Writer, id u
 		_, err := fmt.Fprintf(w, "%s\n", raw)
 		return err
 	}
-	cl, err := kgo.NewClient(kafka.Options(brokers, nil, nil, "ops")...)
+	found, next, err := c.lookup(ctx, deps)
+	if err != nil {
+		return err
+	}
+	res.Attempt, res.Next = &found, next
+	if !c.JSON {
+		if found.Found {
+			fmt.Fprintf(w, "found: attempt %s (tenant %s) is %s in %s\n", c.Key, c.Tenant, found.Status, found.Database)
+		} else {
+			fmt.Fprintf(w, "not found: attempt %s (tenant %s) is not in %s (--pending)\n", c.Key, c.Tenant, found.Database)
+		}
+	}
+	cl, err := kgo.NewClient(kafka.Options(deps.Brokers, nil, nil, "ops")...)
 	if err != nil {
 		return err
 	}
@@ -450,8 +494,51 @@ func (c *decideCmd) run(ctx context.Context, brokers []string, w io.Writer, id u
 	if c.JSON {
 		return writeJSON(w, res)
 	}
-	_, err = fmt.Fprintln(w, d.EventID)
+	_, err = fmt.Fprintf(w, "published: %s to %s (partition %d, offset %d)\nnext: %s\n", d.EventID, c.Topic, r.Partition, r.Offset, next)
 	return err
+}
+
+// lookup finds the attempt in deps.DB and says what the ingester will do with the decision
+// there. It refuses, as a usage error and before anything is published, an attempt the database
+// does not hold (unless --pending) and one of another intent (the ingester would reject it).
+func (c *decideCmd) lookup(ctx context.Context, deps decideDeps) (decideAttempt, string, error) {
+	found := decideAttempt{Database: deps.Where}
+	h, err := query.History(ctx, deps.DB, c.Tenant, c.Key)
+	switch {
+	case errors.Is(err, query.ErrNotFound):
+		if !c.Pending {
+			return found, "", exitError{code: service.ExitUsage, err: fmt.Errorf("decide: attempt %s (tenant %s) is not in %s; nothing published. "+
+				"Check --tenant and --key, and that BOOKRECON_DATABASE_URL (--database-url) names the database of the ingester that will apply it; "+
+				"to decide on an attempt not recorded yet, add --pending", c.Key, c.Tenant, deps.Where)}
+		}
+		return found, "the ingester keeps the decision until the attempt is recorded and turns UNKNOWN or terminal, then applies it", nil
+	case err != nil:
+		return found, "", fmt.Errorf("decide: look up attempt %s (tenant %s) in %s: %w", c.Key, c.Tenant, deps.Where, err)
+	}
+	a := h.Attempt
+	found.Found, found.Status = true, string(a.Status)
+	if a.BookingIntentID != c.Intent {
+		return found, "", exitError{code: service.ExitUsage, err: fmt.Errorf("decide: attempt %s (tenant %s) in %s belongs to intent %s, not --intent %s; "+
+			"nothing published (the ingester would reject the decision)", c.Key, c.Tenant, deps.Where, a.BookingIntentID, c.Intent)}
+	}
+	only := "its open anomaly escalations"
+	if c.EscalationID != "" {
+		only = "escalation " + c.EscalationID
+	}
+	to := c.Decision
+	if c.Decision == events.DecisionConfirmed {
+		to += " " + c.ProviderRef
+	}
+	switch {
+	case a.Status == attempt.StatusInProgress:
+		return found, "the attempt is IN_PROGRESS: the ingester keeps the decision until the attempt turns UNKNOWN or terminal, then applies it", nil
+	case a.Status == attempt.StatusUnknown:
+		return found, fmt.Sprintf("the ingester settles the attempt with it: UNKNOWN → %s (source manual), and closes %s", to, only), nil
+	case string(a.Status) == c.Decision && (c.Decision != events.DecisionConfirmed || c.ProviderRef == a.ProviderReference):
+		return found, fmt.Sprintf("the decision equals the attempt's state: the ingester changes nothing and closes %s", only), nil
+	}
+	return found, fmt.Sprintf("the decision changes a terminal state: %s → %s, audited, a further resolution (source manual) published; it closes %s",
+		a.Status, to, only), nil
 }
 
 // withPool opens a small pool on the database for one command.

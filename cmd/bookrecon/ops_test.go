@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +70,7 @@ func TestDecideValidation(t *testing.T) {
 			c := validDecide()
 			tt.edit(&c)
 			var out bytes.Buffer
-			err := c.run(context.Background(), nil, &out, opsID, opsNow)
+			err := c.run(context.Background(), decideDeps{}, &out, opsID, opsNow)
 			if err == nil || err.Error() != tt.want {
 				t.Errorf("err = %v\nwant %s", err, tt.want)
 			}
@@ -148,7 +151,7 @@ func TestDecideBuild(t *testing.T) {
 			// --dry-run prints exactly the record.
 			c.DryRun = true
 			var out bytes.Buffer
-			if err := c.run(context.Background(), nil, &out, opsID, opsNow); err != nil || out.String() != tt.raw+"\n" {
+			if err := c.run(context.Background(), decideDeps{}, &out, opsID, opsNow); err != nil || out.String() != tt.raw+"\n" {
 				t.Errorf("dry run = %v %q", err, out.String())
 			}
 		})
@@ -222,54 +225,143 @@ func TestOpsCommandLine(t *testing.T) {
 	})
 }
 
-// TestDecidePublishes publishes a decision to a fresh topic on the real broker and reads it
-// back: keyed by bookingIntentId, decodable, the printed id is its eventId.
-func TestDecidePublishes(t *testing.T) {
+// TestDecideLooksUpTheAttempt: decide looks the attempt up in its database and says what it
+// found there (status and database, never the password) and what the ingester will do. An
+// attempt the database does not hold is refused as a usage error, nothing published, unless
+// --pending; one of another intent is refused; UNKNOWN is settled by the decision, IN_PROGRESS
+// keeps it. Published decisions are read back from a fresh topic on the real broker: keyed by
+// bookingIntentId, decodable, with the printed event id.
+func TestDecideLooksUpTheAttempt(t *testing.T) {
 	t.Parallel()
+	pool := seedOpsDB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO booking_intent (tenant_id, booking_intent_id) VALUES ('t_globetrek', 'bi_sc30');
+		INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version, idempotency_key,
+			provider, status, first_event_at, window_start)
+			VALUES ('01900000-0000-7000-8000-000000000030', 't_globetrek', 'bi_sc30', 'BOOK', 'bi_sc30', 1, 'book:bi_sc30:v1',
+			'sim-hotels', 'IN_PROGRESS', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	var dbname string
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbname); err != nil {
+		t.Fatal(err)
+	}
+	cc := pool.Config().ConnConfig
+	db := fmt.Sprintf("database %s on %s:%d", dbname, cc.Host, cc.Port)
+	if got := where(pool); got != db || strings.Contains(got, cc.Password) {
+		t.Fatalf("where = %q, want %q (no password)", got, db)
+	}
 	topic := "ops-decide-" + kafkatest.Suffix()
 	kafkatest.CreateTopics(t, 1, topic)
-	c := validDecide()
-	c.Topic = topic
-	var out bytes.Buffer
-	if err := c.run(context.Background(), kafkatest.Brokers(), &out, opsID, opsNow); err != nil {
-		t.Fatal(err)
+	deps := decideDeps{DB: pool, Where: db, Brokers: kafkatest.Brokers()}
+	for _, tt := range []struct {
+		name string
+		edit func(c *decideCmd)
+		out  string // with %[1]s the database, %[2]s the topic
+		err  string // refused as a usage error (exit 80), nothing published
+	}{
+		{name: "Absent", edit: func(c *decideCmd) { c.Intent, c.Key = "bi_zz", "book:bi_zz:v1" },
+			err: "decide: attempt book:bi_zz:v1 (tenant t_globetrek) is not in %[1]s; nothing published. Check --tenant and --key, " +
+				"and that BOOKRECON_DATABASE_URL (--database-url) names the database of the ingester that will apply it; " +
+				"to decide on an attempt not recorded yet, add --pending"},
+		{name: "Unknown", edit: func(*decideCmd) {},
+			out: "found: attempt book:bi_sc20:v1 (tenant t_globetrek) is UNKNOWN in %[1]s\n" +
+				"published: " + opsID.String() + " to %[2]s (partition 0, offset 0)\n" +
+				"next: the ingester settles the attempt with it: UNKNOWN → CONFIRMED LEG-2020 (source manual), and closes its open anomaly escalations\n"},
+		{name: "AbsentPending", edit: func(c *decideCmd) { c.Intent, c.Key, c.Pending = "bi_zz", "book:bi_zz:v1", true },
+			out: "not found: attempt book:bi_zz:v1 (tenant t_globetrek) is not in %[1]s (--pending)\n" +
+				"published: " + opsID.String() + " to %[2]s (partition 0, offset 1)\n" +
+				"next: the ingester keeps the decision until the attempt is recorded and turns UNKNOWN or terminal, then applies it\n"},
+		{name: "InProgress", edit: func(c *decideCmd) { c.Intent, c.Key = "bi_sc30", "book:bi_sc30:v1" },
+			out: "found: attempt book:bi_sc30:v1 (tenant t_globetrek) is IN_PROGRESS in %[1]s\n" +
+				"published: " + opsID.String() + " to %[2]s (partition 0, offset 2)\n" +
+				"next: the attempt is IN_PROGRESS: the ingester keeps the decision until the attempt turns UNKNOWN or terminal, then applies it\n"},
+		{name: "TerminalEqual", edit: func(c *decideCmd) { c.Intent, c.Key, c.ProviderRef = "bi_sc12", "book:bi_sc12:v2", "HTL-12122" },
+			out: "found: attempt book:bi_sc12:v2 (tenant t_globetrek) is CONFIRMED in %[1]s\n" +
+				"published: " + opsID.String() + " to %[2]s (partition 0, offset 3)\n" +
+				"next: the decision equals the attempt's state: the ingester changes nothing and closes its open anomaly escalations\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) { // in order: the offsets follow
+			c := validDecide()
+			c.Topic = topic
+			tt.edit(&c)
+			var out bytes.Buffer
+			err := c.run(ctx, deps, &out, opsID, opsNow)
+			if tt.err != "" {
+				var ee exitError
+				if want := fmt.Sprintf(tt.err, db); err == nil || err.Error() != want || !errors.As(err, &ee) || ee.code != 80 {
+					t.Errorf("err = %v\nwant (exit 80) %s", err, want)
+				}
+				if out.Len() != 0 {
+					t.Errorf("printed %q on a refusal", out.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(fmt.Sprintf(tt.out, db, topic), out.String()); diff != "" {
+				t.Errorf("output (-want +got):\n%s", diff)
+			}
+		})
 	}
-	if out.String() != opsID.String()+"\n" {
-		t.Errorf("printed %q, want the event id", out.String())
-	}
-	recs := kafkatest.ReadAll(t, topic, 1, time.Second, 30*time.Second)
-	if len(recs) != 1 {
-		t.Fatalf("%d records, want 1", len(recs))
-	}
-	if string(recs[0].Key) != "bi_sc20" {
-		t.Errorf("key %q, want bi_sc20", recs[0].Key)
-	}
-	d, err := events.DecodeDecision(recs[0].Value, events.DecodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.EventID != opsID.String() || d.Decision != "CONFIRMED" || d.ProviderReference != "LEG-2020" {
-		t.Errorf("decision %+v", d)
-	}
+	t.Run("IntentOfAnotherAttempt", func(t *testing.T) {
+		c := validDecide()
+		c.Topic, c.Key = topic, "cancel:bk_1:v1"
+		if _, err := pool.Exec(ctx, `INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
+			idempotency_key, provider, status, first_event_at, window_start) VALUES ('01900000-0000-7000-8000-000000000031', 't_globetrek',
+			'bi_sc12', 'CANCEL', 'bk_1', 1, 'cancel:bk_1:v1', 'sim-hotels', 'UNKNOWN', now(), now())`); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err := c.run(ctx, deps, &out, opsID, opsNow)
+		want := "decide: attempt cancel:bk_1:v1 (tenant t_globetrek) in " + db + " belongs to intent bi_sc12, not --intent bi_sc20; " +
+			"nothing published (the ingester would reject the decision)"
+		var ee exitError
+		if err == nil || err.Error() != want || !errors.As(err, &ee) || ee.code != 80 || out.Len() != 0 {
+			t.Errorf("err = %v, output %q\nwant (exit 80) %s", err, out.String(), want)
+		}
+	})
+	t.Run("JSON", func(t *testing.T) {
+		c := validDecide()
+		c.Topic, c.JSON = topic, true
+		var out bytes.Buffer
+		if err := c.run(ctx, deps, &out, opsID, opsNow); err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			EventID   string
+			Topic     string
+			Partition int32
+			Offset    int64
+			Published bool
+			Attempt   decideAttempt
+			Next      string
+		}
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.EventID != opsID.String() || res.Topic != topic || !res.Published || res.Offset != 4 ||
+			res.Attempt != (decideAttempt{Database: db, Found: true, Status: "UNKNOWN"}) || !strings.HasPrefix(res.Next, "the ingester settles") {
+			t.Errorf("json result %+v", res)
+		}
+	})
 
-	// --json reports where it went.
-	c.JSON = true
-	out.Reset()
-	if err := c.run(context.Background(), kafkatest.Brokers(), &out, opsID, opsNow); err != nil {
-		t.Fatal(err)
+	// Exactly the four published decisions and the JSON run's, in order, none of the refused.
+	recs := kafkatest.ReadAll(t, topic, 5, time.Second, 30*time.Second)
+	var got []string
+	for _, r := range recs {
+		d, err := events.DecodeDecision(r.Value, events.DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Key) != d.BookingIntentID || d.EventID != opsID.String() {
+			t.Errorf("record keyed %q, decision %+v", r.Key, d)
+		}
+		got = append(got, d.IdempotencyKey)
 	}
-	var res struct {
-		EventID   string
-		Topic     string
-		Partition int32
-		Offset    int64
-		Published bool
-	}
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatal(err)
-	}
-	if res.EventID != opsID.String() || res.Topic != topic || !res.Published || res.Offset != 1 {
-		t.Errorf("json result %+v", res)
+	if want := []string{"book:bi_sc20:v1", "book:bi_zz:v1", "book:bi_sc30:v1", "book:bi_sc12:v2", "book:bi_sc20:v1"}; !slices.Equal(got, want) {
+		t.Errorf("published %v, want %v", got, want)
 	}
 }
 

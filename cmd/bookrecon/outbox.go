@@ -15,6 +15,7 @@ import (
 )
 
 // outboxCmd is bookrecon outbox …: the rows the relay set aside (docs/runbooks/BookreconOutboxRowsSetAside.md).
+// Dead letters the relay did publish are on their topics: bookrecon dlq ….
 type outboxCmd struct {
 	List    outboxListCmd    `cmd:"" help:"List the outbox rows the relay set aside (the broker refused them), oldest first."`
 	Retry   outboxRetryCmd   `cmd:"" help:"Release set-aside rows after fixing their cause: the relay publishes them next, then the rows their keys held back."`
