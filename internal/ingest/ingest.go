@@ -154,6 +154,9 @@ type Ingester struct {
 	// paused holds why the batch in hand keeps failing (nil while batches commit): /readyz
 	// reports it, so a stalled ingester is not "ready".
 	paused atomic.Pointer[string]
+	// pauseLog logs the tries of a paused batch: when the pause starts, then every 30 s with
+	// repeats, and "batch resumed" when a batch commits again.
+	pauseLog *telemetry.Repeated
 }
 
 // Run starts the ingester and blocks until ctx ends; it then finishes the batch in hand,
@@ -277,6 +280,7 @@ func newIngester(cfg Config, deps Deps, pool *pgxpool.Pool, reg *prometheus.Regi
 		attempts:  processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Attempts},
 		decs:      processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Decisions},
 		knownDays: map[time.Time]bool{},
+		pauseLog:  &telemetry.Repeated{Logger: deps.Logger, Level: slog.LevelWarn, Msg: "batch paused; retrying"},
 	}
 }
 
@@ -390,12 +394,14 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 		switch {
 		case err == nil:
 			in.paused.Store(nil)
+			in.pauseLog.End("batch resumed", "records", len(recs))
 			return nil
 		case groupMovedOn(err):
 			// Retrying would wait on a rejoin that BlockRebalanceOnPoll holds back. The database
 			// work stands; whoever owns the partitions next re-reads from the last committed
 			// offset and processed_event absorbs the replays.
 			in.paused.Store(nil)
+			in.pauseLog.End("batch resumed", "records", len(recs))
 			in.log.Warn("offset commit refused by the group; replays will be deduplicated", "records", len(recs), "err", err)
 			return nil
 		}
@@ -430,7 +436,8 @@ func pauseBackoff() *backoff.ExponentialBackOff {
 	return b
 }
 
-// pause records why the batch in hand failed (metric, /readyz, log) and waits for the next try.
+// pause records why the batch in hand failed (metric, /readyz, log — at the pause's start, then
+// at most every 30 s with repeats) and waits for the next try.
 // It returns ctx's error when ctx ends first.
 func (in *Ingester) pause(ctx context.Context, b backoff.BackOff, records int, err error) error {
 	if ctx.Err() != nil {
@@ -440,7 +447,7 @@ func (in *Ingester) pause(ctx context.Context, b backoff.BackOff, records int, e
 	why := err.Error()
 	in.paused.Store(&why)
 	wait := b.NextBackOff()
-	in.log.Warn("batch paused; retrying", "records", records, "retry_in", wait.String(), "err", err)
+	in.pauseLog.Log("records", records, "retry_in", wait.String(), "err", err)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
