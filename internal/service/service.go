@@ -101,17 +101,25 @@ func OpenPool(ctx context.Context, log *slog.Logger, url string, maxConns int32,
 }
 
 // Main runs a service binary's body with the conventions every service shares: the JSON logger
-// named name (telemetry.Logger), a context that SIGINT or SIGTERM ends, and the exit status —
-// 0 when body returns nil or only because of the signal (Interrupted), otherwise the error is
-// logged as "<name> stopped" and the process exits 1.
+// named name (telemetry.Logger), a context that SIGINT or SIGTERM ends, one last line
+// "<name> stopped" and the exit status. After the signal (body returned nil or only the end of
+// ctx, see Interrupted) the line is at info with reason "signal" and the process exits 0; when
+// body returns nil on its own, reason "done" and 0; otherwise it is at error with reason "error"
+// and the error, and the process exits 1.
 func Main(name string, body func(ctx context.Context, log *slog.Logger) error) {
 	log := telemetry.Logger(name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := body(ctx, log)
+	signalled, interrupted := ctx.Err() != nil, Interrupted(ctx, err) // before stop ends ctx too
 	stop()
-	if err != nil && !Interrupted(ctx, err) {
-		log.Error(name+" stopped", "err", err)
+	switch {
+	case err != nil && !interrupted:
+		log.Error(name+" stopped", "reason", "error", "err", err)
 		os.Exit(1)
+	case signalled:
+		log.Info(name+" stopped", "reason", "signal")
+	default:
+		log.Info(name+" stopped", "reason", "done")
 	}
 }
 
