@@ -228,6 +228,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: outbox.NewRelayMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
 		Config: outbox.RelayConfig{Holder: "ingester-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
+	brokers := kafka.NewBrokerWatch(cl)
+	wg.Go(func() { brokers.Run(bg) })
 	if admin != nil {
 		wg.Go(func() {
 			ready := func(ctx context.Context) error {
@@ -240,7 +242,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				if err := pool.Ping(ctx); err != nil {
 					return err
 				}
-				return cl.Ping(ctx)
+				return brokers.Ready() // a broker answered within kafka.AnsweredWithin
 			}
 			if err := telemetry.ServeListener(bg, admin, reg, ready, deps.Logger, deps.AdminStarted); err != nil {
 				deps.Logger.Error("admin server", "err", err)

@@ -39,7 +39,9 @@ type Config struct {
 }
 
 // Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
-// until ctx ends, then stops the relay, closes the Kafka client and the pool last.
+// until ctx ends, then stops the relay, closes the Kafka client and the pool last. /readyz is
+// ready while no outbox topic is paused, a broker answered within kafka.AnsweredWithin
+// (kafka.BrokerWatch) and PostgreSQL answers.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	admin, err := telemetry.Listen(cfg.AdminAddr)
@@ -64,9 +66,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Metrics: outbox.NewRelayMetrics(reg, cfg.OutputTopics),
 		Config: outbox.RelayConfig{Holder: cfg.Name + "-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
+	brokers := kafka.NewBrokerWatch(cl)
+	wg.Go(func() { brokers.Run(bg) })
 	wg.Go(func() {
+		// Ready only while it can publish: a broker answered lately, whether or not this
+		// service's relay holds the lease now.
 		ready := func(ctx context.Context) error {
 			if err := relay.Ready(); err != nil {
+				return err
+			}
+			if err := brokers.Ready(); err != nil {
 				return err
 			}
 			return pool.Ping(ctx)
