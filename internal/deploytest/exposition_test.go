@@ -85,6 +85,13 @@ func TestServicesExposition(t *testing.T) {
 				}
 			}
 		}
+		// The counter alerts judge a process younger than their window by its start time
+		// (alerts.yml, "Restarts"): every service must export it.
+		for _, svc := range services {
+			if _, ok := s.gather(t, svc)["process_start_time_seconds"]; !ok {
+				t.Errorf("%s does not export process_start_time_seconds, which the counter alerts read", svc)
+			}
+		}
 		for _, u := range usages(t) {
 			for _, n := range metricNames(u.Expr, types) {
 				if _, ok := cat[n]; !ok {

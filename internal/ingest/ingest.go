@@ -176,6 +176,9 @@ type Ingester struct {
 	// paused holds why the batch in hand keeps failing (nil while batches commit): /readyz
 	// reports it, so a stalled ingester is not "ready".
 	paused atomic.Pointer[string]
+	// pauseLog logs the tries of a paused batch: when the pause starts, then every 30 s with
+	// repeats, and "batch resumed" when a batch commits again.
+	pauseLog *telemetry.Repeated
 }
 
 // Run starts the ingester and blocks until ctx ends; it then finishes the batch in hand,
@@ -247,6 +250,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: outbox.NewRelayMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
 		Config: outbox.RelayConfig{Holder: "ingester-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
+	brokers := kafka.NewBrokerWatch(cl)
+	wg.Go(func() { brokers.Run(bg) })
 	if admin != nil {
 		wg.Go(func() {
 			ready := func(ctx context.Context) error {
@@ -259,7 +264,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				if err := pool.Ping(ctx); err != nil {
 					return err
 				}
-				return cl.Ping(ctx)
+				return brokers.Ready() // a broker answered within kafka.AnsweredWithin
 			}
 			if err := telemetry.ServeListener(bg, admin, reg, ready, deps.Logger, deps.AdminStarted); err != nil {
 				deps.Logger.Error("admin server", "err", err)
@@ -299,6 +304,7 @@ func newIngester(cfg Config, deps Deps, pool *pgxpool.Pool, reg *prometheus.Regi
 		attempts:  processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Attempts},
 		decs:      processedevent.Store{Consumer: cfg.Group + "/" + cfg.Topics.Decisions},
 		knownDays: map[time.Time]bool{},
+		pauseLog:  &telemetry.Repeated{Logger: deps.Logger, Level: slog.LevelWarn, Msg: "batch paused; retrying"},
 	}
 }
 
@@ -412,12 +418,14 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 		switch {
 		case err == nil:
 			in.paused.Store(nil)
+			in.pauseLog.End("batch resumed", "records", len(recs))
 			return nil
 		case groupMovedOn(err):
 			// Retrying would wait on a rejoin that BlockRebalanceOnPoll holds back. The database
 			// work stands; whoever owns the partitions next re-reads from the last committed
 			// offset and processed_event absorbs the replays.
 			in.paused.Store(nil)
+			in.pauseLog.End("batch resumed", "records", len(recs))
 			in.log.Warn("offset commit refused by the group; replays will be deduplicated", "records", len(recs), "err", err)
 			return nil
 		}
@@ -452,7 +460,8 @@ func pauseBackoff() *backoff.ExponentialBackOff {
 	return b
 }
 
-// pause records why the batch in hand failed (metric, /readyz, log) and waits for the next try.
+// pause records why the batch in hand failed (metric, /readyz, log — at the pause's start, then
+// at most every 30 s with repeats) and waits for the next try.
 // It returns ctx's error when ctx ends first.
 func (in *Ingester) pause(ctx context.Context, b backoff.BackOff, records int, err error) error {
 	if ctx.Err() != nil {
@@ -462,7 +471,7 @@ func (in *Ingester) pause(ctx context.Context, b backoff.BackOff, records int, e
 	why := err.Error()
 	in.paused.Store(&why)
 	wait := b.NextBackOff()
-	in.log.Warn("batch paused; retrying", "records", records, "retry_in", wait.String(), "err", err)
+	in.pauseLog.Log("records", records, "retry_in", wait.String(), "err", err)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -172,7 +173,8 @@ func TestDatabaseHangPauses(t *testing.T) {
 	t.Cleanup(resume)
 	giveUp := func() { stopped.Store(-1); close(resumed) } // the fault could not be set up
 
-	deps := ingest.Deps{Logger: discardLogger(), Registry: telemetry.NewRegistry()}
+	var logs logBuffer
+	deps := ingest.Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registry: telemetry.NewRegistry()}
 	deps.BeforeRecord = func(i int) {
 		if i != 5 || stopped.Load() != 0 {
 			return
@@ -230,8 +232,25 @@ func TestDatabaseHangPauses(t *testing.T) {
 	h.WaitFor("outbox drained", time.Minute, h.OutboxDrained)
 	// 8 s of hang against a 2 s deadline and a backoff from 100 ms: three tries time out before
 	// the backend is back (without the deadline: none, the batch just waits).
-	if pauses := metric(t, deps.Registry, "bookrecon_ingest_pauses_total"); pauses < 2 {
+	pauses := metric(t, deps.Registry, "bookrecon_ingest_pauses_total")
+	if pauses < 2 {
 		t.Errorf("bookrecon_ingest_pauses_total = %v after an 8 s hang with a 2 s batch timeout; want >= 2", pauses)
+	}
+	// The pause is logged when it starts and when it ends, not at every try (all within 30 s);
+	// the lines' repeats add up to the tries.
+	lines, repeats := 0, 0.0
+	for _, m := range logs.lines(t) {
+		switch m["msg"] {
+		case "batch paused; retrying":
+			lines++
+			fallthrough
+		case "batch resumed":
+			r, _ := m["repeats"].(float64)
+			repeats += r
+		}
+	}
+	if lines != 1 || repeats != pauses {
+		t.Errorf("%d \"batch paused\" lines with repeats adding up to %v for %v pauses; want 1 line, repeats = pauses", lines, repeats, pauses)
 	}
 	appliedOnce(t, h, gen)
 }

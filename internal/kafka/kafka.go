@@ -1,7 +1,8 @@
 // Package kafka is the one place franz-go client options are built (STYLE.md habit 4): seed
 // brokers, the idempotent producer with acks=all, a bounded record delivery timeout, kslog
 // logging in the service's slog stream and kprom client metrics. Consumer-group names are
-// constants here: renaming a group re-consumes everything.
+// constants here: renaming a group re-consumes everything. BrokerWatch tells /readyz whether a
+// broker answered lately.
 package kafka
 
 import (

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 
 // RelayConfig configures a Relay. Zero values take the documented defaults.
@@ -172,6 +174,8 @@ type Relay struct {
 	lease  *lease
 	mu     sync.Mutex
 	paused map[string]topicPause
+	// pauseLog logs the rounds an outage fails: when it starts, then every 30 s with repeats.
+	pauseLog *telemetry.Repeated
 	// leaseDelay, when set, runs before every lease assertion (tests delay a renewal);
 	// beforeMark, when set, runs between a round's produce and its mark (tests lapse the lease
 	// there).
@@ -195,6 +199,7 @@ func (r *Relay) init() {
 			r.Logger = slog.Default()
 		}
 		r.paused = map[string]topicPause{}
+		r.pauseLog = &telemetry.Repeated{Logger: r.Logger, Level: slog.LevelWarn, Msg: "outbox relay paused"}
 		r.lease = &lease{pool: r.Pool, holder: r.Config.Holder, ttl: r.Config.LeaseTTL, margin: r.Config.LeaseMargin, delay: r.leaseDelay}
 	})
 }
@@ -213,8 +218,10 @@ func (r *Relay) Ready() error {
 }
 
 // Run publishes until ctx ends, while it holds the outbox lease; a relay without it re-asserts
-// it every third of LeaseTTL. At the end it gives the lease up so another relay takes over at
-// once.
+// it every third of LeaseTTL. A round that fails (an outage of the database or the broker) is
+// tried again a second later; "outbox relay paused" is logged when that starts and then at most
+// every 30 s with repeats (telemetry.Repeated), "outbox relay resumed" when a round succeeds
+// again. At the end it gives the lease up so another relay takes over at once.
 func (r *Relay) Run(ctx context.Context) error {
 	r.init()
 	defer func() {
@@ -223,13 +230,18 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	for ctx.Err() == nil {
 		n, err := r.RunOnce(ctx, r.Config.Batch)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseLost) {
+			r.pauseLog.Log("err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		if ctx.Err() == nil {
+			r.pauseLog.End("outbox relay resumed")
+		}
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, ErrLeaseLost):
 			r.Logger.Warn("outbox relay lost its lease; another relay publishes", "holder", r.Config.Holder)
-		case err != nil:
-			r.Logger.Warn("outbox relay paused", "err", err)
-			sleep(ctx, time.Second)
 		case n == 0:
 			if _, _, err := r.lease.valid(); err != nil {
 				sleep(ctx, r.Config.LeaseTTL/3) // not the holder: try again later

@@ -1,14 +1,22 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -112,4 +120,142 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("consumed %d distinct records, want %d", len(seen), n)
 	}
+}
+
+// TestRelayOutageLogsOnChange: during a database outage every round fails and Run tries again
+// a second later; it logs "outbox relay paused" when the outage starts (and then only every
+// 30 s, with repeats), and "outbox relay resumed" with the rounds not logged once a round
+// succeeds again — not one line per round.
+func TestRelayOutageLogsOnChange(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	direct := pgtest.NewPool(t)
+	ctx := context.Background()
+	err = postgres.WithTx(ctx, direct, func(tx pgx.Tx) error {
+		return outbox.Insert(ctx, tx, outbox.Message{Topic: "out", Key: []byte("k"), Value: []byte(`{}`), EventID: "e1"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay reaches the database through a proxy that the test cuts.
+	cfg := direct.Config()
+	px := newProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	px.down.Store(true)
+	host, port, _ := net.SplitHostPort(px.addr())
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var buf lockedBuffer
+	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(3500 * time.Millisecond) // four failed rounds, a second apart
+	px.down.Store(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for backlog := int64(-1); backlog != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog %d 20 s after the database came back", backlog)
+		}
+		time.Sleep(100 * time.Millisecond)
+		backlog, _, _ = outbox.Backlog(ctx, direct)
+	}
+	cancel()
+	<-done
+	var paused, resumed []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		switch m["msg"] {
+		case "outbox relay paused":
+			paused = append(paused, m)
+		case "outbox relay resumed":
+			resumed = append(resumed, m)
+		}
+	}
+	if len(paused) != 1 || paused[0]["repeats"] != 1.0 || paused[0]["err"] == nil {
+		t.Errorf("paused lines = %v, want one with repeats 1 and the error", paused)
+	}
+	if len(resumed) != 1 || resumed[0]["repeats"].(float64) < 2 {
+		t.Errorf("resumed lines = %v, want one counting the 2 or more rounds not logged", resumed)
+	}
+}
+
+// proxy forwards TCP connections to target; while down it closes every connection.
+type proxy struct {
+	ln   net.Listener
+	down atomic.Bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := &proxy{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if px.down.Load() {
+				c.Close()
+				continue
+			}
+			wg.Go(func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				stop := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(s, c); stop <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, s); stop <- struct{}{} }()
+				<-stop
+			})
+		}
+	})
+	return px
+}
+
+func (px *proxy) addr() string { return px.ln.Addr().String() }
+
+// lockedBuffer is a bytes.Buffer safe for the relay's and franz-go's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,10 +57,7 @@ func OwnCluster(t testing.TB) *Cluster {
 		t.Fatalf("pgtest: %v", err)
 	}
 	dropOrphans(t)
-	port, err := freePort()
-	if err != nil {
-		t.Fatalf("pgtest: a free port: %v", err)
-	}
+	port := freePort(t)
 	c := &Cluster{Version: ver, Name: fmt.Sprintf("%s%d-%d", clusterPrefix, os.Getpid(), clusterSeq.Add(1)), Port: port}
 	// --start-conf=manual: never started at boot.
 	if out, err := asRoot("pg_createcluster", ver, c.Name, "-p", strconv.Itoa(port), "--start-conf=manual"); err != nil {
@@ -188,14 +184,6 @@ func dropOrphans(t testing.TB) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // asRoot runs a postgresql-common command as root (directly, or through sudo -n); the
 // cluster's server runs as its owner, postgres.

@@ -69,7 +69,9 @@ func (cfg Config) PoolConfig() PoolConfig {
 // Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
 // until ctx ends, then stops the relay, closes the Kafka client and the pool last. A pool
 // smaller than RunNeeds, or a transaction pooler without a direct URL to migrate over, is a
-// configuration error (postgres.ErrConfig), returned at once.
+// configuration error (postgres.ErrConfig), returned at once. /readyz is
+// ready while no outbox topic is paused, a broker answered within kafka.AnsweredWithin
+// (kafka.BrokerWatch) and PostgreSQL answers.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	admin, err := telemetry.Listen(cfg.AdminAddr)
@@ -94,9 +96,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Metrics: outbox.NewRelayMetrics(reg, cfg.OutputTopics),
 		Config: outbox.RelayConfig{Holder: cfg.Name + "-" + uuid.NewString()}}
 	wg.Go(func() { _ = relay.Run(bg) })
+	brokers := kafka.NewBrokerWatch(cl)
+	wg.Go(func() { brokers.Run(bg) })
 	wg.Go(func() {
+		// Ready only while it can publish: a broker answered lately, whether or not this
+		// service's relay holds the lease now.
 		ready := func(ctx context.Context) error {
 			if err := relay.Ready(); err != nil {
+				return err
+			}
+			if err := brokers.Ready(); err != nil {
 				return err
 			}
 			return pool.Ping(ctx)
@@ -228,17 +237,25 @@ func migrate(ctx context.Context, url string) error {
 }
 
 // Main runs a service binary's body with the conventions every service shares: the JSON logger
-// named name (telemetry.Logger), a context that SIGINT or SIGTERM ends, and the exit status —
-// 0 when body returns nil or only because of the signal (Interrupted), otherwise the error is
-// logged as "<name> stopped" and the process exits 1.
+// named name (telemetry.Logger), a context that SIGINT or SIGTERM ends, one last line
+// "<name> stopped" and the exit status. After the signal (body returned nil or only the end of
+// ctx, see Interrupted) the line is at info with reason "signal" and the process exits 0; when
+// body returns nil on its own, reason "done" and 0; otherwise it is at error with reason "error"
+// and the error, and the process exits 1.
 func Main(name string, body func(ctx context.Context, log *slog.Logger) error) {
 	log := telemetry.Logger(name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := body(ctx, log)
+	signalled, interrupted := ctx.Err() != nil, Interrupted(ctx, err) // before stop ends ctx too
 	stop()
-	if err != nil && !Interrupted(ctx, err) {
-		log.Error(name+" stopped", "err", err)
+	switch {
+	case err != nil && !interrupted:
+		log.Error(name+" stopped", "reason", "error", "err", err)
 		os.Exit(1)
+	case signalled:
+		log.Info(name+" stopped", "reason", "signal")
+	default:
+		log.Info(name+" stopped", "reason", "done")
 	}
 }
 
