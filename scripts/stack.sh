@@ -233,8 +233,8 @@ cluster() {
   local n
   case "${1:-}" in
     up) cluster_up ;;
-    down) for n in 1 2 3; do node_stop "$n"; done; log "cluster stopped" ;;
-    reset) for n in 1 2 3; do node_stop "$n"; done; rm -rf "$CDIR"; log "cluster data removed" ;;
+    down) for n in 1 2 3; do node_stop "$n" & done; wait; log "cluster stopped" ;;
+    reset) for n in 1 2 3; do node_stop "$n" & done; wait; rm -rf "$CDIR"; log "cluster data removed" ;;
     kill) node_check "${2:-}"; node_kill "$2" ;;
     start) node_check "${2:-}"; kafka_libs; node_config "$2"; node_start "$2"; node_wait "$2" ;;
     status)
