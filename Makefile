@@ -5,7 +5,7 @@ export BOOKRECON_KAFKA_BROKERS ?= 127.0.0.1:19092
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: help up down tools demo test test-short fuzz bench lint build
+.PHONY: help up down tools demo test test-faults test-short fuzz bench lint build
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,10 +26,14 @@ build: ## build every binary into bin/
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags faults ./...
 
 test: up tools lint ## all tests (race detector, shuffled) and a short fuzz run, on the real stack
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
 	$(MAKE) fuzz FUZZTIME=5s
+
+test-faults: up tools ## fault tests (build tag faults): the load run on a three-node cluster whose nodes die (SIGKILL)
+	$(GO) test -tags faults -race -count=1 -timeout 30m -run '^TestLoadBrokerFailover$$' -v ./internal/check/
 
 test-short: ## unit tests only (no stack needed)
 	$(GO) test -race -short -count=1 ./...

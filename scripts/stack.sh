@@ -2,15 +2,25 @@
 # The local stack without Docker: Debian PostgreSQL and a real Apache Kafka 4.x broker (KRaft,
 # single node) on 127.0.0.1. Idempotent: `up` starts what is not running, `down` stops it.
 #
-#   scripts/stack.sh up | down | status | env
+#   scripts/stack.sh up | down | reset | status | env
+#   scripts/stack.sh cluster up | down | reset | status | env | kill N | start N
 #
 # PostgreSQL: postgresql://bookrecon:bookrecon@127.0.0.1:5432/bookrecon (role may create databases).
-# Kafka:      127.0.0.1:19092 (controller 19093). Jars resolved with mvn into .stack/kafka/libs.
+# Kafka:      127.0.0.1:19092 (controller 19093). Jars resolved with mvn into .stack/kafka/libs, or
+#             taken from STACK_KAFKA_LIBS (a directory of the same jars, e.g. another checkout's).
+# Cluster:    what production runs, for the fault tests: three combined broker+controller KRaft
+#             nodes, brokers 127.0.0.1:29092-29094, controllers 29192-29194, replication factor 3
+#             and min.insync.replicas=2 by default; data, logs and each node's pid under
+#             .stack/kafka-cluster/nodeN. `kill N` sends SIGKILL to node N (1-3), `start N`
+#             starts it again on its data. Each JVM has at most 512 MiB of heap.
 # PgBouncer:  Debian's package installed, not started (the tests start their own).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STACK="$ROOT/.stack"
 KDIR="$STACK/kafka"
+LIBS="${STACK_KAFKA_LIBS:-$KDIR/libs}"
+CDIR="$STACK/kafka-cluster"
+CLUSTER_ADDRS="127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
 PG_URL="postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable"
@@ -78,6 +88,10 @@ SQL
 }
 
 kafka_libs() {
+  if [ -n "${STACK_KAFKA_LIBS:-}" ]; then
+    ls "$LIBS"/kafka_2.13-*.jar >/dev/null 2>&1 || { log "STACK_KAFKA_LIBS=$LIBS holds no Kafka jars"; return 1; }
+    return 0
+  fi
   if [ ! -f "$KDIR/libs/.complete" ]; then
     log "resolving Kafka jars with mvn (cached in $KDIR/libs)"
     rm -rf "$KDIR/libs"
@@ -90,7 +104,7 @@ kafka_libs() {
 kafka_java() {
   java -Xms256m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.properties" \
-    -cp "$KDIR/libs/*" "$@"
+    -cp "$LIBS/*" "$@"
 }
 
 kafka_running() {
@@ -116,7 +130,7 @@ kafka_up() {
   log "starting kafka broker"
   nohup java -Xms256m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.properties" \
-    -cp "$KDIR/libs/*" kafka.Kafka "$KDIR/server.properties" >"$KDIR/broker.log" 2>&1 &
+    -cp "$LIBS/*" kafka.Kafka "$KDIR/server.properties" >"$KDIR/broker.log" 2>&1 &
   echo $! >"$KDIR/broker.pid"
   if ! wait_port 127.0.0.1 19092 90; then
     log "kafka did not open $KAFKA_ADDR; last log lines:"; tail -30 "$KDIR/broker.log" >&2; return 1
@@ -134,7 +148,114 @@ kafka_down() {
   rm -f "$KDIR/broker.pid"
 }
 
+# --- the three-node cluster (fault tests) -----------------------------------------------------
+
+node_check() { [[ "${1:-}" =~ ^[123]$ ]] || { log "node must be 1, 2 or 3, not '${1:-}'"; exit 2; }; }
+node_port() { echo $((29091 + $1)); }
+node_running() { [ -f "$CDIR/node$1/pid" ] && kill -0 "$(cat "$CDIR/node$1/pid")" 2>/dev/null; }
+
+node_config() { # n: the single broker's settings with this node's ids, ports, replication and data
+  local n=$1 d="$CDIR/node$1"
+  mkdir -p "$d"
+  sed -e '/^#/d' -e '/^node.id=/d' -e '/^controller.quorum.voters=/d' -e '/^listeners=/d' -e '/^advertised.listeners=/d' \
+    -e '/replication.factor=/d' -e '/min.isr=/d' -e '/^log.dirs=/d' "$ROOT/scripts/kafka/server.properties" >"$d/server.properties"
+  cat >>"$d/server.properties" <<EOF
+node.id=$n
+controller.quorum.voters=1@127.0.0.1:29192,2@127.0.0.1:29193,3@127.0.0.1:29194
+listeners=PLAINTEXT://127.0.0.1:$((29091 + n)),CONTROLLER://127.0.0.1:$((29191 + n))
+advertised.listeners=PLAINTEXT://127.0.0.1:$((29091 + n))
+default.replication.factor=3
+min.insync.replicas=2
+offsets.topic.replication.factor=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+log.dirs=$d/data
+EOF
+}
+
+node_start() { # n: start node n on its data (formatted by cluster_up)
+  local n=$1 d="$CDIR/node$1"
+  if node_running "$n"; then log "cluster node $n already running (pid $(cat "$d/pid"))"; return 0; fi
+  if wait_port 127.0.0.1 "$(node_port "$n")" 1; then
+    log "cluster node $n: 127.0.0.1:$(node_port "$n") is served by a process this checkout did not start"; return 1
+  fi
+  nohup java -Xms128m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.properties" \
+    -cp "$LIBS/*" kafka.Kafka "$d/server.properties" >>"$d/broker.log" 2>&1 &
+  echo $! >"$d/pid"
+  log "cluster node $n started (pid $!)"
+}
+
+node_wait() { # n
+  if ! wait_port 127.0.0.1 "$(node_port "$1")" 90; then
+    log "cluster node $1 did not open 127.0.0.1:$(node_port "$1"); last log lines:"; tail -30 "$CDIR/node$1/broker.log" >&2; return 1
+  fi
+}
+
+node_kill() { # n: SIGKILL, as a machine that dies
+  local n=$1 pid i
+  node_running "$n" || { log "cluster node $n is not running"; return 1; }
+  pid="$(cat "$CDIR/node$n/pid")"
+  kill -9 "$pid"
+  for ((i = 0; i < 150; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$CDIR/node$n/pid"
+  log "cluster node $n killed (SIGKILL, pid $pid)"
+}
+
+node_stop() { # n: orderly stop, SIGKILL after 30s
+  local n=$1 pid i
+  node_running "$n" || { rm -f "$CDIR/node$n/pid"; return 0; }
+  pid="$(cat "$CDIR/node$n/pid")"
+  kill "$pid" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$CDIR/node$n/pid"
+}
+
+cluster_up() {
+  command -v java >/dev/null || { log "java not found"; return 1; }
+  kafka_libs
+  mkdir -p "$CDIR"
+  local n
+  for n in 1 2 3; do node_config "$n"; done
+  if [ ! -f "$CDIR/cluster.id" ]; then # a Kafka Uuid: 16 random bytes, base64url without padding
+    head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$CDIR/cluster.id"
+  fi
+  for n in 1 2 3; do
+    if [ ! -f "$CDIR/node$n/data/meta.properties" ]; then
+      log "formatting KRaft storage of cluster node $n"
+      java -Xmx128m -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.properties" -cp "$LIBS/*" \
+        kafka.tools.StorageTool format -t "$(cat "$CDIR/cluster.id")" -c "$CDIR/node$n/server.properties" >/dev/null &
+    fi
+  done
+  wait
+  for n in 1 2 3; do node_start "$n"; done
+  for n in 1 2 3; do node_wait "$n"; done
+  log "cluster ready: $CLUSTER_ADDRS"
+}
+
+cluster() {
+  local n
+  case "${1:-}" in
+    up) cluster_up ;;
+    down) for n in 1 2 3; do node_stop "$n" & done; wait; log "cluster stopped" ;;
+    reset) for n in 1 2 3; do node_stop "$n" & done; wait; rm -rf "$CDIR"; log "cluster data removed" ;;
+    kill) node_check "${2:-}"; node_kill "$2" ;;
+    start) node_check "${2:-}"; kafka_libs; node_config "$2"; node_start "$2"; node_wait "$2" ;;
+    status)
+      for n in 1 2 3; do
+        if node_running "$n"; then echo "node $n: running (127.0.0.1:$(node_port "$n"), pid $(cat "$CDIR/node$n/pid"))"
+        else echo "node $n: stopped"; fi
+      done ;;
+    env) echo "export BOOKRECON_KAFKA_BROKERS='$CLUSTER_ADDRS'" ;;
+    *) echo "usage: $0 cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
+  esac
+}
+
 case "${1:-}" in
+  cluster) shift; cluster "$@" ;;
   up) pg_up; kafka_up ;;
   down) kafka_down; log "kafka stopped (postgresql left to the system)" ;;
   reset) kafka_down; rm -rf "$KDIR/data"; log "kafka data removed" ;;
@@ -146,5 +267,5 @@ case "${1:-}" in
   env)
     echo "export BOOKRECON_DATABASE_URL='$PG_URL'"
     echo "export BOOKRECON_KAFKA_BROKERS='$KAFKA_ADDR'" ;;
-  *) echo "usage: $0 up|down|reset|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|reset|status|env | cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
 esac

@@ -20,7 +20,7 @@ import (
 )
 
 type topicsCmd struct {
-	ReplicationFactor int16 `default:"1" help:"Replication factor (1 for the local single-node broker)."`
+	ReplicationFactor int16 `default:"1" help:"Replication factor (1 for the local single-node broker; from 3, as in production, the topics get min.insync.replicas=2)."`
 	topics.Flags
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
@@ -19,6 +20,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -49,37 +51,11 @@ func TestLoadEndToEnd(t *testing.T) {
 	}
 	h.Providers = m
 	gen := loadgen.Generate(loadgen.Config{Intents: 23500, Seed: 42, Start: time.Now().Add(-10 * time.Minute), Mix: loadgen.DefaultMix})
-	sim := simulator.New(simulator.Config{Truth: gen.Truth, Map: m})
-	srv := httptest.NewServer(sim)
-	defer srv.Close()
+	p := startPipeline(t, h, gen)
+	defer p.stop()
+	cfg := p.cfg
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := h.IngestConfig()
-	wg.Go(func() {
-		if err := ingest.Run(ctx, cfg, ingest.Deps{Logger: log}); err != nil {
-			t.Errorf("ingest: %v", err)
-		}
-	})
-	store := attempt.Config{ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}
-	for i := range 2 {
-		rec, err := reconcile.New(reconcile.Config{Owner: fmt.Sprint("r", i), Providers: m, Poll: 100 * time.Millisecond,
-			InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second, NoJitter: true, Batch: 200, Workers: 16, Store: store},
-			h.Pool, providers.NewHTTP(srv.URL, nil), log, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() { _ = rec.Run(ctx) })
-	}
-	esc, err := escalate.New(escalate.Config{Providers: m, Store: store}, h.Pool, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Go(func() { _ = esc.Run(ctx) })
-
+	ctx := context.Background()
 	start := time.Now()
 	for i, r := range gen.Records {
 		h.Producer.Produce(ctx, &kgo.Record{Topic: h.Topics.Attempts, Key: gen.Keys[i], Value: r}, nil)
@@ -101,7 +77,7 @@ func TestLoadEndToEnd(t *testing.T) {
 		FROM (SELECT extract(epoch FROM terminal_at - unknown_since) AS s FROM booking_attempt WHERE unknown_since IS NOT NULL AND terminal_at IS NOT NULL) x`).Scan(&p50, &p99); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := check.Run(ctx, h.Pool, []string{"127.0.0.1:19092"}, h.Topics, check.Input{Run: gen, Providers: m, Consumer: cfg.Group + "/" + h.Topics.Attempts})
+	rep, err := check.Run(ctx, h.Pool, h.Brokers, h.Topics, check.Input{Run: gen, Providers: m, Consumer: cfg.Group + "/" + h.Topics.Attempts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +90,55 @@ func TestLoadEndToEnd(t *testing.T) {
 	if len(rep.Invariants) != 7 {
 		t.Fatalf("checked %d invariants, want 7", len(rep.Invariants))
 	}
+}
+
+// pipeline is the load run's services, running until stop.
+type pipeline struct {
+	cfg  ingest.Config
+	reg  *prometheus.Registry // the ingester's (its relay publishes every output)
+	stop func()               // cancels the services and waits for them
+}
+
+// startPipeline starts the provider simulator on gen's truth, the ingester (and its outbox
+// relay), two reconcilers and the escalator on h, with h.Providers as the capability map.
+func startPipeline(t *testing.T, h *pipelinetest.Harness, gen loadgen.Output) *pipeline {
+	t.Helper()
+	m := h.Providers
+	srv := httptest.NewServer(simulator.New(simulator.Config{Truth: gen.Truth, Map: m}))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	p := &pipeline{cfg: h.IngestConfig(), reg: telemetry.NewRegistry()}
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			srv.Close()
+		})
+	}
+	t.Cleanup(p.stop)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	wg.Go(func() {
+		if err := ingest.Run(ctx, p.cfg, ingest.Deps{Logger: log, Registry: p.reg}); err != nil {
+			t.Errorf("ingest: %v", err)
+		}
+	})
+	store := attempt.Config{ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}
+	for i := range 2 {
+		rec, err := reconcile.New(reconcile.Config{Owner: fmt.Sprint("r", i), Providers: m, Poll: 100 * time.Millisecond,
+			InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second, NoJitter: true, Batch: 200, Workers: 16, Store: store},
+			h.Pool, providers.NewHTTP(srv.URL, nil), log, nil, nil)
+		if err != nil {
+			p.stop()
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = rec.Run(ctx) })
+	}
+	esc, err := escalate.New(escalate.Config{Providers: m, Store: store}, h.Pool, log, nil)
+	if err != nil {
+		p.stop()
+		t.Fatal(err)
+	}
+	wg.Go(func() { _ = esc.Run(ctx) })
+	return p
 }

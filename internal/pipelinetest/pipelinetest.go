@@ -24,6 +24,7 @@ import (
 // Harness is one test's isolated pipeline environment.
 type Harness struct {
 	T         testing.TB
+	Brokers   []string // seed brokers of the topics' cluster
 	Topics    topics.Names
 	Suffix    string // the topics' suffix (topics.FromSuffix)
 	Group     string
@@ -34,7 +35,7 @@ type Harness struct {
 	Producer  *kgo.Client
 }
 
-// New creates topics (partitions each) and a database for t.
+// New creates topics (partitions each) on the real broker and a database for t.
 func New(t testing.TB, partitions int32) *Harness {
 	t.Helper()
 	return NewOn(t, partitions, pgtest.NewURL(t))
@@ -46,7 +47,32 @@ func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 	sfx := kafkatest.Suffix()
 	tp := topics.FromSuffix(sfx) // what BOOKRECON_TOPIC_SUFFIX=<Suffix> gives a binary
 	kafkatest.CreateTopics(t, partitions, tp.All()...)
-	h := &Harness{T: t, Topics: tp, Suffix: sfx, Group: "bookrecon-ingester-" + sfx}
+	return newHarness(t, kafkatest.Brokers(), sfx, tp, dbURL)
+}
+
+// NewOnCluster creates the topics on c as production has them — topics.Ensure: topics.Partitions
+// partitions, replication factor 3, min.insync.replicas=2, the contract's configs — deleted at
+// cleanup, and a database for t.
+func NewOnCluster(t testing.TB, c *kafkatest.Cluster) *Harness {
+	t.Helper()
+	sfx := kafkatest.Suffix()
+	tp := topics.FromSuffix(sfx)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := topics.Ensure(ctx, c.Admin(), kafkatest.ClusterReplicationFactor, tp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.Admin().DeleteTopics(ctx, tp.All()...)
+	})
+	return newHarness(t, kafkatest.ClusterBrokers, sfx, tp, pgtest.NewURL(t))
+}
+
+func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbURL string) *Harness {
+	t.Helper()
+	h := &Harness{T: t, Brokers: brokers, Topics: tp, Suffix: sfx, Group: "bookrecon-ingester-" + sfx}
 	h.DBURL = dbURL
 	pool, err := postgres.Open(context.Background(), h.DBURL, 10)
 	if err != nil {
@@ -67,7 +93,7 @@ func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 		t.Fatal(err)
 	}
 	h.Expected = *exp
-	h.Producer, err = kgo.NewClient(kgo.SeedBrokers(kafkatest.Brokers()...))
+	h.Producer, err = kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +103,7 @@ func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 
 // IngestConfig is an ingester configuration for this harness.
 func (h *Harness) IngestConfig() ingest.Config {
-	return ingest.Config{Brokers: kafkatest.Brokers(), DatabaseURL: h.DBURL, Providers: h.Providers,
+	return ingest.Config{Brokers: h.Brokers, DatabaseURL: h.DBURL, Providers: h.Providers,
 		Group: h.Group, Topics: h.Topics, AdminAddr: "127.0.0.1:0"}
 }
 

@@ -38,13 +38,24 @@ const DeadLetterMaxMessageBytes = 8 << 20
 // producerBatchMaxBytes is franz-go's default record batch limit (before compression).
 const producerBatchMaxBytes = 1_000_012
 
-// Configs returns each topic's configuration: Retention and MaxMessageBytes, and
-// DeadLetterMaxMessageBytes for the dead-letter topics.
-func Configs(n Names) map[string]map[string]*string {
+// MinInsyncReplicas is the min.insync.replicas of every topic with a replication factor of 3
+// or more (what production runs): with acks=all a write is acknowledged once two replicas hold
+// it, so one node may die or restart without losing an acknowledged record or stopping writes.
+const MinInsyncReplicas = 2
+
+// Configs returns each topic's configuration at replication factor rf: Retention and
+// MaxMessageBytes, DeadLetterMaxMessageBytes for the dead-letter topics, and MinInsyncReplicas
+// when rf ≥ 3 (below that the broker's default, 1, is the only value that accepts writes with
+// a replica down).
+func Configs(n Names, rf int16) map[string]map[string]*string {
 	ms, max, dlq := fmt.Sprint(Retention.Milliseconds()), fmt.Sprint(MaxMessageBytes), fmt.Sprint(DeadLetterMaxMessageBytes)
+	isr := fmt.Sprint(MinInsyncReplicas)
 	out := map[string]map[string]*string{}
 	for _, t := range n.All() {
 		out[t] = map[string]*string{"retention.ms": &ms, "max.message.bytes": &max}
+		if rf >= 3 {
+			out[t]["min.insync.replicas"] = &isr
+		}
 	}
 	out[n.AttemptsDLQ]["max.message.bytes"] = &dlq
 	out[n.DecisionsDLQ]["max.message.bytes"] = &dlq
@@ -64,10 +75,10 @@ func ProducerBatchMaxBytes(n Names) func(topic string) int32 {
 }
 
 // Ensure creates every topic of n that does not exist yet (idempotent) with Partitions
-// partitions, replication factor rf and Configs. An existing topic is left as it is.
+// partitions, replication factor rf and Configs(n, rf). An existing topic is left as it is.
 func Ensure(ctx context.Context, adm *kadm.Client, rf int16, n Names) error {
 	var errs []error
-	for t, cfg := range Configs(n) {
+	for t, cfg := range Configs(n, rf) {
 		resp, err := adm.CreateTopic(ctx, Partitions, rf, cfg, t)
 		switch {
 		case err != nil:
@@ -86,7 +97,7 @@ func Recreate(ctx context.Context, adm *kadm.Client, rf int16, n Names) error {
 		return fmt.Errorf("topics: delete: %w", err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	pending := Configs(n)
+	pending := Configs(n, rf)
 	for len(pending) > 0 {
 		var last error
 		for t, cfg := range pending {
