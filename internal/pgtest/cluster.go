@@ -184,7 +184,6 @@ func dropOrphans(t testing.TB) {
 	}
 }
 
-
 // asRoot runs a postgresql-common command as root (directly, or through sudo -n); the
 // cluster's server runs as its owner, postgres.
 func asRoot(name string, args ...string) ([]byte, error) {
