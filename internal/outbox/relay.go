@@ -360,13 +360,27 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		r.beforeMark()
 	}
 	if len(published) > 0 {
-		tag, err := r.Pool.Exec(ctx, `UPDATE outbox SET published_at = now(), retry_at = NULL WHERE id = ANY($1) AND `+fenced(2),
-			published, token)
+		mark := func(token int64) (int64, error) {
+			tag, err := r.Pool.Exec(ctx, `UPDATE outbox SET published_at = now(), retry_at = NULL WHERE id = ANY($1) AND `+fenced(2),
+				published, token)
+			return tag.RowsAffected(), err
+		}
+		n, err := mark(token)
+		if err == nil && n == 0 {
+			// The lease lapsed during the round (a produce blocked through a broker failover
+			// outlasts it). If re-acquiring it gives exactly the next token, nobody held it in
+			// between, so nobody published these rows again: mark them under the new token
+			// instead of republishing them.
+			if next, held, _ := r.lease.assert(ctx); held && next == token+1 {
+				token = next
+				n, err = mark(token)
+			}
+		}
 		switch {
 		case err != nil:
 			r.Metrics.Unmarked.Add(float64(len(published)))
 			return 0, fmt.Errorf("outbox: mark published: %w", err)
-		case tag.RowsAffected() == 0:
+		case n == 0:
 			r.Metrics.Unmarked.Add(float64(len(published)))
 			r.lease.lost()
 			r.Metrics.Active.Set(0)
