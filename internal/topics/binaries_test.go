@@ -240,7 +240,7 @@ func TestSuffixCommands(t *testing.T) {
 		t.Errorf("bookrecon publish: exit %d, stdout %q, want %q; stderr: %s", code, stdout, wantOut, stderr)
 	}
 
-	stdout, stderr, code = pipelinetest.RunBinary(t, bound, bin, env, "decide", "--tenant", tenant, "--intent", "bi_0", "--key", "capture:bi_0:v1",
+	stdout, stderr, code = pipelinetest.RunBinary(t, bound, bin, env, "decide", "--pending", "--tenant", tenant, "--intent", "bi_0", "--key", "capture:bi_0:v1",
 		"--decision", "FAILED", "--actor", "ops.agent.07", "--reason", "checked at the provider", "--json")
 	var dec struct {
 		Topic     string
