@@ -21,6 +21,7 @@ down: ## stop the Kafka broker
 	@scripts/stack.sh down
 
 build: ## build every binary into bin/
+	@echo "build: compiling the binaries into bin/ (the first build downloads the Go modules: a minute or two)"
 	$(GO) build -o bin/ ./cmd/...
 
 lint: ## gofmt and go vet

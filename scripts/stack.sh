@@ -93,10 +93,22 @@ kafka_libs() {
     return 0
   fi
   if [ ! -f "$KDIR/libs/.complete" ]; then
-    log "resolving Kafka jars with mvn (cached in $KDIR/libs)"
+    log "resolving the Kafka broker's jars with mvn into $KDIR/libs (first run only: about 50 jars, a minute or two)"
     rm -rf "$KDIR/libs"
-    mvn -q -B -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
-      -DoutputDirectory="$KDIR/libs" -DincludeScope=runtime
+    # Batch mode without colours (Maven 3.8 still writes ANSI resets in -q mode otherwise); a
+    # progress line every 10 s while it runs.
+    (MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.force=false -Dstyle.color=never" \
+      mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$KDIR/libs" -DincludeScope=runtime 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' >&2) &
+    local pid=$! n
+    while kill -0 "$pid" 2>/dev/null; do
+      sleep 10
+      kill -0 "$pid" 2>/dev/null || break
+      n=$(find "$KDIR/libs" -name '*.jar' 2>/dev/null | wc -l)
+      log "still resolving Kafka jars: $n copied so far"
+    done
+    wait "$pid" || { log "mvn failed: see its output above"; return 1; }
+    log "Kafka jars ready: $(find "$KDIR/libs" -name '*.jar' | wc -l) jars"
     touch "$KDIR/libs/.complete"
   fi
 }

@@ -58,6 +58,10 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// Every precondition before anything is dropped or recreated.
+	if err := demo.Preflight(ctx, demo.Options{Brokers: g.KafkaBrokers}, admin); err != nil {
+		return err
+	}
 	migrateURL, err := recreateDB(ctx, admin, c.Database)
 	if err != nil {
 		return err
