@@ -220,8 +220,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// The relay publishes dead letters of records up to the input topics' limit plus headers.
-		kgo.ProducerBatchMaxBytesFn(topics.ProducerBatchMaxBytes(cfg.Topics)),
 	)
 	if deps.OnAssigned != nil {
 		opts = append(opts, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { deps.OnAssigned(a) }))

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/plugin/kslog"
+
+	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
 // Consumer groups.
@@ -29,6 +31,8 @@ func Options(brokers []string, logger *slog.Logger, reg prometheus.Registerer, s
 		kgo.RecordDeliveryTimeout(30 * time.Second),
 		kgo.ProducerLinger(2 * time.Millisecond),
 		kgo.ClientID("bookrecon-" + service),
+		// Every relay publishes dead letters of records up to the input topics' limit plus headers.
+		kgo.ProducerBatchMaxBytesFn(topics.ProducerBatchMaxBytes),
 	}
 	if logger != nil {
 		opts = append(opts, kgo.WithLogger(kslog.New(logger.With("component", "franz-go"))))

@@ -10,10 +10,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/bookrecon/bookrecon/events"
 )
 
 // Partitions is the partition count of every pipeline topic.
@@ -62,29 +66,78 @@ func Configs(n Names, rf int16) map[string]map[string]*string {
 	return out
 }
 
-// ProducerBatchMaxBytes returns the relay producer's record batch limit per topic (franz-go's
-// ProducerBatchMaxBytesFn): DeadLetterMaxMessageBytes for n's dead-letter topics, franz-go's
-// default 1,000,012 bytes (below MaxMessageBytes) for every other topic.
-func ProducerBatchMaxBytes(n Names) func(topic string) int32 {
-	return func(topic string) int32 {
-		if topic == n.AttemptsDLQ || topic == n.DecisionsDLQ {
+// ProducerBatchMaxBytes is the producer's record batch limit for topic (franz-go's
+// ProducerBatchMaxBytesFn; kafka.Options sets it on every client, so whichever service's relay
+// holds the lease publishes the same records): DeadLetterMaxMessageBytes for a dead-letter topic
+// — a v1 dead-letter name, alone or followed by "." and a suffix (FromSuffix) — and franz-go's
+// default 1,000,012 bytes, below MaxMessageBytes, for every other topic.
+func ProducerBatchMaxBytes(topic string) int32 {
+	for _, d := range []string{events.TopicAttemptsDLQ, events.TopicManualDecisionsDLQ} {
+		if topic == d || strings.HasPrefix(topic, d+".") {
 			return DeadLetterMaxMessageBytes
 		}
-		return producerBatchMaxBytes
 	}
+	return producerBatchMaxBytes
 }
 
 // Ensure creates every topic of n that does not exist yet (idempotent) with Partitions
-// partitions, replication factor rf and Configs(n, rf). An existing topic is left as it is.
+// partitions, replication factor rf and Configs(n, rf). An existing topic is left as it is,
+// except that a dead-letter topic's max.message.bytes below DeadLetterMaxMessageBytes is raised.
 func Ensure(ctx context.Context, adm *kadm.Client, rf int16, n Names) error {
 	var errs []error
+	var existing []string // dead-letter topics made before
 	for t, cfg := range Configs(n, rf) {
 		resp, err := adm.CreateTopic(ctx, Partitions, rf, cfg, t)
+		err = cmp.Or(err, resp.Err)
 		switch {
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			if t == n.AttemptsDLQ || t == n.DecisionsDLQ {
+				existing = append(existing, t)
+			}
 		case err != nil:
 			errs = append(errs, fmt.Errorf("topics: create %s: %w", t, err))
-		case resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists):
-			errs = append(errs, fmt.Errorf("topics: create %s: %w", t, resp.Err))
+		}
+	}
+	if len(existing) > 0 {
+		if err := raiseDeadLetterLimit(ctx, adm, existing...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// raiseDeadLetterLimit raises max.message.bytes of existing dead-letter topics made before it
+// was part of their configuration (or by hand) to DeadLetterMaxMessageBytes; a larger limit is
+// left as it is.
+func raiseDeadLetterLimit(ctx context.Context, adm *kadm.Client, names ...string) error {
+	cfgs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("topics: describe %v: %w", names, err)
+	}
+	want := fmt.Sprint(DeadLetterMaxMessageBytes)
+	var errs []error
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("topics: describe %s: %w", rc.Name, rc.Err))
+			continue
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			if v, err := strconv.ParseInt(*c.Value, 10, 64); err == nil && v >= DeadLetterMaxMessageBytes {
+				continue
+			}
+			resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &want}}, rc.Name)
+			if err == nil {
+				var r kadm.AlterConfigsResponse
+				if r, err = resp.On(rc.Name, nil); err == nil {
+					err = r.Err
+				}
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("topics: raise max.message.bytes of %s: %w", rc.Name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

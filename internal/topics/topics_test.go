@@ -1,8 +1,10 @@
 package topics_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 
@@ -28,5 +30,49 @@ func TestConfigsMinInsyncReplicas(t *testing.T) {
 				t.Errorf("rf %d: %s min.insync.replicas = %q, want %q", tt.rf, topic, got, tt.want)
 			}
 		}
+	}
+}
+
+// TestProducerBatchMaxBytes: every client batches dead letters up to the dead-letter topics'
+// limit, suffixed or not, and everything else within franz-go's default.
+func TestProducerBatchMaxBytes(t *testing.T) {
+	t.Parallel()
+	for topic, want := range map[string]int32{
+		"booking.attempts.dlq.v1": topics.DeadLetterMaxMessageBytes, "booking.attempts.dlq.v1.run7": topics.DeadLetterMaxMessageBytes,
+		"booking.manual-decisions.dlq.v1": topics.DeadLetterMaxMessageBytes, "booking.manual-decisions.dlq.v1.x": topics.DeadLetterMaxMessageBytes,
+		"booking.attempts.dlq.v10": 1_000_012, "booking.resolutions.v1": 1_000_012, "booking.attempts.v1": 1_000_012,
+	} {
+		if got := topics.ProducerBatchMaxBytes(topic); got != want {
+			t.Errorf("ProducerBatchMaxBytes(%s) = %d, want %d", topic, got, want)
+		}
+	}
+}
+
+// TestEnsureRaisesDeadLetterLimit: a dead-letter topic made before its limit was part of the
+// configuration (the broker's 1 MiB default) is raised to DeadLetterMaxMessageBytes by Ensure;
+// the other topics keep theirs.
+func TestEnsureRaisesDeadLetterLimit(t *testing.T) {
+	t.Parallel()
+	n := topics.FromSuffix("raise" + kafkatest.Suffix())
+	kafkatest.CreateTopics(t, 1, n.AttemptsDLQ, n.Resolutions) // plain, the broker's defaults
+	adm := kafkatest.Admin(t)
+	t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), n.All()...) })
+	if err := topics.Ensure(context.Background(), adm, 1, n); err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := adm.DescribeTopicConfigs(context.Background(), n.AttemptsDLQ, n.Resolutions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, rc := range cfgs {
+		for _, c := range rc.Configs {
+			if c.Key == "max.message.bytes" && c.Value != nil {
+				got[rc.Name] = *c.Value
+			}
+		}
+	}
+	if got[n.AttemptsDLQ] != "8388608" || got[n.Resolutions] != "1048588" {
+		t.Errorf("max.message.bytes = %v, want %s 8388608 and %s 1048588", got, n.AttemptsDLQ, n.Resolutions)
 	}
 }
