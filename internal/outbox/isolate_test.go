@@ -341,3 +341,33 @@ func waitTopics(t *testing.T, adm *kadm.Client, names ...string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestRelaySetsAsideRowWithLongKey: a dead letter keeps its record's key, of any size; a row
+// with a 6 KB key that the broker refuses is set aside like any other (the parking index holds
+// the key's md5, not the key, whose btree entry would exceed PostgreSQL's limit: 54000).
+func TestRelaySetsAsideRowWithLongKey(t *testing.T) {
+	t.Parallel()
+	small := "small." + kafkatest.Suffix()
+	e := newRelayEnv(t, small)
+	ctx := context.Background()
+	four := "4096"
+	if _, err := e.adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &four}, small); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.adm.DeleteTopics(context.Background(), small) })
+	waitTopics(t, e.adm, small)
+	long := msg(small, "", "l1", 10)
+	long.Key = []byte(msg(small, "", "k", 6000).Value) // incompressible
+	e.insert(t, long, msg(small, "A", "l2", 10))
+	e.rounds(t, 3)
+	aside, err := outbox.SetAside(ctx, e.pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(aside) != 1 || aside[0].EventID != "l1" || aside[0].ErrorClass != outbox.ClassRecordTooLarge {
+		t.Fatalf("set aside = %+v, want l1 (record_too_large)", aside)
+	}
+	if got := names(t, small, 1); !slices.Equal(got, []string{"l2"}) {
+		t.Errorf("records on %s = %v, want [l2]", small, got)
+	}
+}

@@ -225,7 +225,9 @@ func (r *Relay) Ready() error {
 func (r *Relay) Run(ctx context.Context) error {
 	r.init()
 	defer func() {
-		r.lease.release(context.WithoutCancel(ctx))
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		r.lease.release(rctx)
 		r.Metrics.Active.Set(0)
 	}()
 	for ctx.Err() == nil {
@@ -278,6 +280,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 			return 0, err
 		}
 		if !held {
+			r.clearPauses()
 			return 0, nil
 		}
 	}
@@ -301,6 +304,8 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	}
 	var failed []failure
 	stopped := map[string]bool{} // topic + "\x00" + key of a row that failed this round
+	pausing := map[string]error{} // topics that answered with a topic or authorization error
+	reached := map[string]bool{}  // topics that published or refused a row for its own sake
 	for _, wave := range waves(rows) {
 		var send []*row
 		for _, w := range wave {
@@ -322,16 +327,14 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		for i, w := range send {
 			recs[i], byRec[w.rec] = w.rec, w
 		}
-		// Results come in completion order, not in the order sent.
+		// Results come in completion order, not in the order sent. They are read even when ctx
+		// ended meanwhile (a shutdown): what was acknowledged is marked below.
 		results := r.Client.ProduceSync(pctx, recs...)
-		if ctx.Err() != nil {
-			cancel()
-			break
-		}
 		for _, res := range results {
 			w := byRec[res.Record]
 			if res.Err == nil {
 				published = append(published, w.id)
+				reached[w.rec.Topic] = true
 				continue
 			}
 			err, class := res.Err, Classify(res.Err)
@@ -341,6 +344,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 				// before this returns, so order holds).
 				if err = r.Client.ProduceSync(pctx, w.rec).FirstErr(); err == nil {
 					published = append(published, w.id)
+					reached[w.rec.Topic] = true
 					continue
 				}
 				class = Classify(err)
@@ -350,18 +354,35 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 				stopped[keyOf(w)] = true
 			}
 			if class == ClassTopic || class == ClassAuthorization {
-				r.pauseTopic(w.rec.Topic, err)
+				pausing[w.rec.Topic] = err
+			} else {
+				reached[w.rec.Topic] = true // the topic exists and takes writes: not paused
 			}
 		}
 		cancel()
+		if ctx.Err() != nil {
+			break
+		}
 	}
+	for topic, err := range pausing { // once per round, however many rows of it failed
+		r.pauseTopic(topic, err)
+	}
+	for topic := range reached {
+		if _, bad := pausing[topic]; !bad {
+			r.resumeTopic(topic)
+		}
+	}
+	// The marks and failure records outlive a shutdown that ended ctx mid-round (otherwise the
+	// next relay republishes the whole round), bounded so a dead database cannot hang it.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer wcancel()
 	// Marks first: a crash after the produce republishes, so the sooner the better.
 	if r.beforeMark != nil && len(published) > 0 {
 		r.beforeMark()
 	}
 	if len(published) > 0 {
 		mark := func(token int64) (int64, error) {
-			tag, err := r.Pool.Exec(ctx, `UPDATE outbox SET published_at = now(), retry_at = NULL WHERE id = ANY($1) AND `+fenced(2),
+			tag, err := r.Pool.Exec(wctx, `UPDATE outbox SET published_at = now(), retry_at = NULL WHERE id = ANY($1) AND `+fenced(2),
 				published, token)
 			return tag.RowsAffected(), err
 		}
@@ -371,9 +392,16 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 			// outlasts it). If re-acquiring it gives exactly the next token, nobody held it in
 			// between, so nobody published these rows again: mark them under the new token
 			// instead of republishing them.
-			if next, held, _ := r.lease.assert(ctx); held && next == token+1 {
+			next, held, _ := r.lease.assert(wctx)
+			switch {
+			case held && next == token+1:
 				token = next
 				n, err = mark(token)
+			case held:
+				// Someone held the lease in between and may have published these rows: they are
+				// published again under the lease this relay holds now (counted below).
+				r.Metrics.Unmarked.Add(float64(len(published)))
+				return 0, nil
 			}
 		}
 		switch {
@@ -383,10 +411,10 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		case n == 0:
 			r.Metrics.Unmarked.Add(float64(len(published)))
 			r.lease.lost()
+			r.clearPauses()
 			r.Metrics.Active.Set(0)
 			return 0, ErrLeaseLost
 		}
-		r.resumeTopics(rows, published)
 	}
 	transient := 0
 	var ids []int64
@@ -400,6 +428,9 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 				"outbox_id", f.row.id, "event_id", f.row.eventID, "topic", f.row.rec.Topic, "error_class", f.class, "err", f.err)
 		case f.class == ClassTransient:
 			transient++
+			if ctx.Err() != nil {
+				continue // failed because of the shutdown: nothing to record on the row
+			}
 			r.Logger.Error("outbox row failed to publish; retried with backoff", "outbox_id", f.row.id, "event_id", f.row.eventID,
 				"topic", f.row.rec.Topic, "failures", f.row.failures+1, "err", f.err)
 		default:
@@ -410,12 +441,12 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		errs = append(errs, errorText(f.err))
 		waits = append(waits, r.retryWait(f.row.failures+1))
 	}
-	if transient > 0 && len(published) == 0 && transient == len(failed) {
+	if transient > 0 && len(published) == 0 && transient == len(failed) && ctx.Err() == nil {
 		// Every row of the round failed transiently: an outage of the broker, not of the rows.
 		return 0, fmt.Errorf("outbox: produce: %w", failed[0].err)
 	}
 	if len(ids) > 0 {
-		if err := r.recordFailures(ctx, token, ids, classes, errs, waits); err != nil {
+		if err := r.recordFailures(wctx, token, ids, classes, errs, waits); err != nil {
 			return len(published), err
 		}
 	}
@@ -445,7 +476,7 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 			AND (retry_at IS NULL OR retry_at <= now())
 			AND NOT (topic = ANY($2::text[]))
 			AND NOT EXISTS (SELECT 1 FROM outbox p
-				WHERE p.topic = o.topic AND p.record_key = o.record_key AND p.id < o.id
+				WHERE p.topic = o.topic AND md5(p.record_key) = md5(o.record_key) AND p.id < o.id
 					AND p.published_at IS NULL AND p.discarded_at IS NULL
 					AND (p.set_aside_at IS NOT NULL OR p.retry_at IS NOT NULL) AND (p.set_aside_at IS NOT NULL OR p.retry_at > now()))
 		ORDER BY id LIMIT $1`, batch, r.pausedTopics())
@@ -550,23 +581,25 @@ func (r *Relay) pauseTopic(topic string, err error) {
 	}
 }
 
-// resumeTopics ends the pause of every topic that had a row published.
-func (r *Relay) resumeTopics(rows []*row, published []int64) {
+// resumeTopic ends topic's pause: one of its rows was published, or refused for its own sake.
+func (r *Relay) resumeTopic(topic string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.paused) == 0 {
-		return
+	if _, was := r.paused[topic]; was {
+		delete(r.paused, topic)
+		r.Metrics.TopicPaused.WithLabelValues(topic).Set(0)
+		r.Logger.Info("outbox topic resumed", "topic", topic)
 	}
-	ok := map[int64]bool{}
-	for _, id := range published {
-		ok[id] = true
-	}
-	for _, w := range rows {
-		if _, was := r.paused[w.rec.Topic]; was && ok[w.id] {
-			delete(r.paused, w.rec.Topic)
-			r.Metrics.TopicPaused.WithLabelValues(w.rec.Topic).Set(0)
-			r.Logger.Info("outbox topic resumed", "topic", w.rec.Topic)
-		}
+}
+
+// clearPauses forgets every pause when the relay loses its lease: another relay publishes now,
+// and this one's view of the topics is stale.
+func (r *Relay) clearPauses() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t := range r.paused {
+		delete(r.paused, t)
+		r.Metrics.TopicPaused.WithLabelValues(t).Set(0)
 	}
 }
 

@@ -22,8 +22,10 @@ ALTER TABLE outbox
 -- Pending rows: neither published nor discarded.
 DROP INDEX outbox_unpublished;
 CREATE INDEX outbox_pending ON outbox (id) WHERE published_at IS NULL AND discarded_at IS NULL;
--- The rows that park their key: few, so the relay's NOT EXISTS probe stays cheap.
-CREATE INDEX outbox_parked ON outbox (topic, record_key, id)
+-- The rows that park their key: few, so the relay's NOT EXISTS probe stays cheap. The key is
+-- indexed by its md5: a dead letter keeps its record's key, of any size, and a btree entry has
+-- a limit (~2.7 kB) that would make recording the row's failure fail (54000).
+CREATE INDEX outbox_parked ON outbox (topic, md5(record_key), id)
     WHERE published_at IS NULL AND discarded_at IS NULL AND (set_aside_at IS NOT NULL OR retry_at IS NOT NULL);
 
 -- +goose Down
