@@ -303,7 +303,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		err   error
 	}
 	var failed []failure
-	stopped := map[string]bool{} // topic + "\x00" + key of a row that failed this round
+	stopped := map[string]bool{}  // topic + "\x00" + key of a row that failed this round
 	pausing := map[string]error{} // topics that answered with a topic or authorization error
 	reached := map[string]bool{}  // topics that published or refused a row for its own sake
 	for _, wave := range waves(rows) {
