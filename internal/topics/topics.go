@@ -110,7 +110,20 @@ func Ensure(ctx context.Context, adm *kadm.Client, rf int16, n Names) error {
 // was part of their configuration (or by hand) to DeadLetterMaxMessageBytes; a larger limit is
 // left as it is.
 func raiseDeadLetterLimit(ctx context.Context, adm *kadm.Client, names ...string) error {
-	cfgs, err := adm.DescribeTopicConfigs(ctx, names...)
+	// A topic created a moment ago may not be known to the broker answering yet.
+	var cfgs kadm.ResourceConfigs
+	var err error
+	for try := 0; ; try++ {
+		cfgs, err = adm.DescribeTopicConfigs(ctx, names...)
+		unknown := errors.Is(err, kerr.UnknownTopicOrPartition)
+		for _, rc := range cfgs {
+			unknown = unknown || errors.Is(rc.Err, kerr.UnknownTopicOrPartition)
+		}
+		if !unknown || try == 20 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	if err != nil {
 		return fmt.Errorf("topics: describe %v: %w", names, err)
 	}
