@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,9 @@ import (
 // Metrics are the reconciler's series (DESIGN.md "Observability"), pre-created from the enums
 // and the capability map.
 type Metrics struct {
+	// reg registers OldestUnknown once its first value is computed (see observeOldest).
+	reg           prometheus.Registerer
+	oldestOnce    sync.Once
 	Lookups       *prometheus.CounterVec   // provider, kind, result
 	LookupSeconds *prometheus.HistogramVec // provider
 	// LookupsInFlight is the checks holding one of a provider's maxInFlight slots, by provider.
@@ -75,8 +79,11 @@ func NewMetrics(reg prometheus.Registerer, m *providers.Map) *Metrics {
 			Help: "Lookups that contradict a terminal state."}),
 		ItemFailures: attempt.NewItemFailures(StageCheck, StageStaleSweep, StageDecision),
 	}
+	x.reg = reg
+	// OldestUnknown is not registered here: a gauge computed from the database is absent until
+	// its first computation, never a false 0 (0 also means "none UNKNOWN").
 	reg.MustRegister(x.Lookups, x.LookupSeconds, x.LookupsInFlight, x.Claimed, x.ClaimSeconds, x.LeaseLost, x.Resolutions, x.TimeToTerminal,
-		x.UnknownAge, x.OldestUnknown, x.UnknownCreated, x.Escalations, x.Contradictions, x.ItemFailures)
+		x.UnknownAge, x.UnknownCreated, x.Escalations, x.Contradictions, x.ItemFailures)
 	for _, name := range m.Names() {
 		x.LookupSeconds.WithLabelValues(name)
 		x.LookupsInFlight.WithLabelValues(name)
@@ -130,7 +137,7 @@ func (r *Reconciler) observe(e *attempt.Effects) {
 	}
 }
 
-// observeOldest sets the oldest-UNKNOWN gauge.
+// observeOldest sets the oldest-UNKNOWN gauge, registering it on its first computation.
 func (r *Reconciler) observeOldest(ctx context.Context) error {
 	var age *float64
 	err := r.pool.QueryRow(ctx, `SELECT extract(epoch FROM $1 - min(unknown_since))::float8 FROM booking_attempt WHERE status = 'UNKNOWN'`, r.now()).Scan(&age)
@@ -142,6 +149,7 @@ func (r *Reconciler) observeOldest(ctx context.Context) error {
 	} else {
 		r.metrics.OldestUnknown.Set(*age)
 	}
+	r.metrics.oldestOnce.Do(func() { r.metrics.reg.MustRegister(r.metrics.OldestUnknown) })
 	return nil
 }
 
