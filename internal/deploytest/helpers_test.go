@@ -54,12 +54,13 @@ func glob(t testing.TB, pattern string) []string {
 
 // rule is one alerting or recording rule of deploy/prometheus/rules.
 type rule struct {
-	Alert       string            `yaml:"alert"`
-	Record      string            `yaml:"record"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for"`
-	Labels      map[string]string `yaml:"labels"`
-	Annotations map[string]string `yaml:"annotations"`
+	Alert         string            `yaml:"alert"`
+	Record        string            `yaml:"record"`
+	Expr          string            `yaml:"expr"`
+	For           string            `yaml:"for"`
+	KeepFiringFor string            `yaml:"keep_firing_for"`
+	Labels        map[string]string `yaml:"labels"`
+	Annotations   map[string]string `yaml:"annotations"`
 }
 
 type ruleFile struct {
