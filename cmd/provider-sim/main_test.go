@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/logtest"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -93,23 +93,6 @@ func TestParseConfigReportsEveryProblem(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunServesTheRebasedSample starts the binary's run in-process with -epoch, asks it for the
 // sample's sc03 booking through the HTTP adapter, then stops it as a signal would.
 func TestRunServesTheRebasedSample(t *testing.T) {
@@ -122,7 +105,7 @@ func TestRunServesTheRebasedSample(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	addrc := make(chan net.Addr, 1)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, deps{
@@ -189,7 +172,7 @@ func TestRunFailsOnBadInput(t *testing.T) {
 		{"-providers", mapPath, "-truth", "missing.json"},
 		{"-providers", mapPath, "-addr", "256.0.0.1:99999"},
 	} {
-		err := run(t.Context(), deps{args: args, lookupEnv: envOf(nil), stderr: &syncBuffer{}, now: time.Now})
+		err := run(t.Context(), deps{args: args, lookupEnv: envOf(nil), stderr: &logtest.Buffer{}, now: time.Now})
 		if err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}

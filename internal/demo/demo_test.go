@@ -5,13 +5,13 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/demo"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/logtest"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -94,7 +94,7 @@ func TestSampleBehindPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	var logs syncBuffer
+	var logs logtest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := demo.Run(ctx, demo.Options{
@@ -143,22 +143,4 @@ func assertEachRowPublishedOnce(ctx context.Context, t *testing.T, fail func(str
 	if len(recs) != rows {
 		fail("assertEachRowPublishedOnce: %d records on the output topics for %d outbox rows: more than one relay published", len(recs), rows)
 	}
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

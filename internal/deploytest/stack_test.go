@@ -27,6 +27,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/logtest"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/query"
@@ -41,29 +42,11 @@ import (
 // services are the processes Prometheus scrapes (deploy/prometheus/prometheus.yml).
 var services = []string{"ingester", "reconciler", "escalator", "query-api"}
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // stack is the four services running in-process on the real broker and a fresh database.
 type stack struct {
 	h     *pipelinetest.Harness
 	regs  map[string]*prometheus.Registry
-	logs  map[string]*syncBuffer
+	logs  map[string]*logtest.Buffer
 	urls  map[string]string // service → /metrics URL (the ones serving HTTP to the test)
 	lines int
 }
@@ -75,9 +58,9 @@ type stack struct {
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	h := pipelinetest.New(t, 3)
-	s := &stack{h: h, regs: map[string]*prometheus.Registry{}, logs: map[string]*syncBuffer{}, urls: map[string]string{}}
+	s := &stack{h: h, regs: map[string]*prometheus.Registry{}, logs: map[string]*logtest.Buffer{}, urls: map[string]string{}}
 	log := func(svc string) *slog.Logger {
-		s.logs[svc] = &syncBuffer{}
+		s.logs[svc] = &logtest.Buffer{}
 		return telemetry.NewLogger(s.logs[svc], svc, slog.LevelInfo)
 	}
 	for _, svc := range services {

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/logtest"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -159,7 +159,7 @@ func TestRelayOutageLogsOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var buf lockedBuffer
+	var buf logtest.Buffer
 	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -241,21 +241,3 @@ func newProxy(t *testing.T, target string) *proxy {
 }
 
 func (px *proxy) addr() string { return px.ln.Addr().String() }
-
-// lockedBuffer is a bytes.Buffer safe for the relay's and franz-go's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}

@@ -1,7 +1,6 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/logtest"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 
@@ -61,24 +61,6 @@ func TestBuildInfoOverride(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the franz-go goroutines that log into it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestParseLevel: BOOKRECON_LOG_LEVEL's values, and info for anything unreadable.
 func TestParseLevel(t *testing.T) {
 	for _, c := range []struct {
@@ -103,7 +85,7 @@ func TestParseLevel(t *testing.T) {
 // TestLogStream checks the one log format: JSON lines with time, level, msg and service, errors
 // under err, and franz-go's lines in the same stream through kslog with component=franz-go.
 func TestLogStream(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	log := telemetry.NewLogger(&buf, "ingester", slog.LevelDebug)
 	log.Warn("batch paused; retrying", "records", 3, "err", errors.New("boom"))
 	cl, err := kgo.NewClient(kafka.Options([]string{"127.0.0.1:1"}, log, nil, "ingester")...)
