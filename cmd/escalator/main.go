@@ -41,7 +41,12 @@ func (c cli) service() service.Config {
 
 // Validate refuses a database pool the escalator cannot run on, and a transaction pooler without
 // a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
-func (c cli) Validate() error { return c.service().PoolConfig().Validate() }
+func (c cli) Validate() error {
+	var f service.FlagChecks
+	f.Check(c.service().PoolConfig().Validate())
+	f.Positive("poll", "BOOKRECON_ESCALATE_POLL", c.Poll)
+	return f.Err()
+}
 
 func main() {
 	var c cli

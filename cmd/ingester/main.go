@@ -5,6 +5,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -45,7 +46,19 @@ func (c cli) config() ingest.Config {
 
 // Validate refuses a database pool the ingester cannot run on, and a transaction pooler without
 // a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
-func (c cli) Validate() error { return c.config().PoolConfig().Validate() }
+func (c cli) Validate() error {
+	var f service.FlagChecks
+	f.Check(c.config().PoolConfig().Validate())
+	f.AtLeast("retention-days", "BOOKRECON_RETENTION_DAYS", c.RetentionDays, 3)
+	f.AtLeast("max-poll", "BOOKRECON_MAX_POLL_RECORDS", c.MaxPoll, 1)
+	if c.BatchTimeout < time.Second {
+		f.Check(fmt.Errorf("--batch-timeout (BOOKRECON_BATCH_TIMEOUT) must be at least 1s, got %s", c.BatchTimeout))
+	}
+	if len(c.KafkaBrokers) == 0 || c.KafkaBrokers[0] == "" {
+		f.Check(errors.New("--kafka-brokers (BOOKRECON_KAFKA_BROKERS) is required: host:port of at least one broker"))
+	}
+	return f.Err()
+}
 
 func main() {
 	var c cli

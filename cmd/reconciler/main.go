@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -47,7 +48,21 @@ func (c cli) service() service.Config {
 
 // Validate refuses a database pool the reconciler cannot run on, and a transaction pooler without
 // a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
-func (c cli) Validate() error { return c.service().PoolConfig().Validate() }
+func (c cli) Validate() error {
+	var f service.FlagChecks
+	f.Check(c.service().PoolConfig().Validate())
+	f.Positive("poll", "BOOKRECON_RECONCILE_POLL", c.Poll)
+	f.Positive("initial-interval", "BOOKRECON_BACKOFF_INITIAL", c.InitialInterval)
+	f.Positive("call-timeout", "BOOKRECON_PROVIDER_CALL_TIMEOUT", c.CallTimeout)
+	f.Positive("in-progress-timeout", "BOOKRECON_IN_PROGRESS_TIMEOUT", c.InProgressTimeout)
+	if c.MaxInterval < c.InitialInterval {
+		f.Check(fmt.Errorf("--max-interval (BOOKRECON_BACKOFF_MAX) %s is below --initial-interval (BOOKRECON_BACKOFF_INITIAL) %s", c.MaxInterval, c.InitialInterval))
+	}
+	if u, err := url.Parse(c.ProviderURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		f.Check(fmt.Errorf("--provider-url (BOOKRECON_PROVIDER_URL) %q is not an http(s) URL", c.ProviderURL))
+	}
+	return f.Err()
+}
 
 func main() {
 	var c cli

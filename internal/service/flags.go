@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/alecthomas/kong"
 )
@@ -61,3 +62,31 @@ func (f *File) Decode(ctx *kong.DecodeContext) error {
 	*f = File(s)
 	return nil
 }
+
+// FlagChecks collects a command line's value problems for a kong Validate hook: each names the
+// flag and its variable, so the binary exits 80 with every problem at once.
+type FlagChecks []error
+
+// Positive requires d > 0.
+func (f *FlagChecks) Positive(flag, env string, d time.Duration) {
+	if d <= 0 {
+		*f = append(*f, fmt.Errorf("--%s (%s) must be positive, got %s", flag, env, d))
+	}
+}
+
+// AtLeast requires n ≥ least.
+func (f *FlagChecks) AtLeast(flag, env string, n, least int) {
+	if n < least {
+		*f = append(*f, fmt.Errorf("--%s (%s) must be at least %d, got %d", flag, env, least, n))
+	}
+}
+
+// Check adds err, when not nil.
+func (f *FlagChecks) Check(err error) {
+	if err != nil {
+		*f = append(*f, err)
+	}
+}
+
+// Err joins the problems (nil when there are none).
+func (f FlagChecks) Err() error { return errors.Join(f...) }

@@ -175,6 +175,14 @@ type PoolConfig struct {
 // postgres.ErrConfig).
 func (c PoolConfig) Validate() error {
 	var errs []error
+	for _, u := range []struct{ key, url string }{{"BOOKRECON_DATABASE_URL", c.URL}, {"BOOKRECON_MIGRATE_DATABASE_URL", c.MigrateURL}} {
+		if u.url == "" {
+			continue
+		}
+		if _, err := pgxpool.ParseConfig(u.url); err != nil { // pgx masks the password
+			errs = append(errs, ConfigError(fmt.Sprintf("%s: %s does not parse: %v", c.Name, u.key, err)))
+		}
+	}
 	if !slices.Contains(append(postgres.Poolers(), ""), c.Pooler) {
 		errs = append(errs, ConfigError(fmt.Sprintf("%s: database pooler %q is none of %v (BOOKRECON_DATABASE_POOLER)", c.Name, c.Pooler, postgres.Poolers())))
 	}

@@ -42,12 +42,23 @@ func TestConfigErrorsAreUsageErrors(t *testing.T) {
 		{"ProvidersMissing", "escalator", nil, []string{"--providers", filepath.Join(tmp, "nope.yaml")}, "nope.yaml does not exist"},
 		{"QueryAPIProvidersEmpty", "query-api", []string{"BOOKRECON_PROVIDERS="}, nil, "--providers: is required"},
 		{"EscalationIDNotUUID", "bookrecon", nil, []string{"escalations", "show", "not-a-uuid"}, `escalation id "not-a-uuid" is not a UUID`},
+		{"NegativeReconcilePoll", "reconciler", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_RECONCILE_POLL=-1s"}, nil, "--poll (BOOKRECON_RECONCILE_POLL) must be positive, got -1s"},
+		{"NegativeEscalatePoll", "escalator", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_ESCALATE_POLL=-1s"}, nil, "--poll (BOOKRECON_ESCALATE_POLL) must be positive, got -1s"},
+		{"BackoffMaxBelowInitial", "reconciler", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_BACKOFF_MAX=100ms"}, nil, "--max-interval (BOOKRECON_BACKOFF_MAX) 100ms is below --initial-interval"},
+		{"BadProviderURL", "reconciler", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_PROVIDER_URL=::bad"}, nil, `--provider-url (BOOKRECON_PROVIDER_URL) "::bad" is not an http(s) URL`},
+		{"ShortBatchTimeout", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_BATCH_TIMEOUT=-5s"}, nil, "--batch-timeout (BOOKRECON_BATCH_TIMEOUT) must be at least 1s, got -5s"},
+		{"ShortRetention", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_RETENTION_DAYS=2"}, nil, "--retention-days (BOOKRECON_RETENTION_DAYS) must be at least 3, got 2"},
+		{"NoBrokers", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_KAFKA_BROKERS="}, nil, "--kafka-brokers (BOOKRECON_KAFKA_BROKERS) is required"},
+		{"DatabaseURLDoesNotParse", "escalator", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_DATABASE_URL=postgres://u:hunter2@127.0.0.1:abc/db"}, nil, "BOOKRECON_DATABASE_URL does not parse"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, stderr, code := pipelinetest.RunBinary(t, 20*time.Second, filepath.Join(dir, tt.bin), append(nowhere, tt.env...), tt.args...)
 			if code != 80 || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want 80 and %q", code, stderr, tt.want)
+			}
+			if strings.Contains(stderr, "hunter2") {
+				t.Errorf("stderr shows the password: %q", stderr)
 			}
 		})
 	}
