@@ -170,6 +170,16 @@ type attemptHistoryCmd struct {
 	outputFlags
 }
 
+// Validate refuses a key that is not prefix:subject:vN when the command line is parsed (a usage
+// error: exit 80), before any database is asked.
+func (c *attemptHistoryCmd) Validate() error {
+	if _, _, _, err := events.ParseKey(c.Key); err != nil {
+		inv, _ := events.AsInvalid(err)
+		return fmt.Errorf("--key %s", strings.TrimPrefix(inv.Detail, "idempotencyKey: "))
+	}
+	return nil
+}
+
 func (c *attemptHistoryCmd) Run(ctx context.Context, g *Globals) error {
 	return withPool(ctx, g, func(pool *pgxpool.Pool) error { return c.run(ctx, pool, os.Stdout, time.Now()) })
 }

@@ -41,6 +41,7 @@ func TestConfigErrorsAreUsageErrors(t *testing.T) {
 		{"ProvidersDirectory", "reconciler", []string{"BOOKRECON_PROVIDERS=" + tmp}, nil, tmp + " is a directory, not a file"},
 		{"ProvidersMissing", "escalator", nil, []string{"--providers", filepath.Join(tmp, "nope.yaml")}, "nope.yaml does not exist"},
 		{"QueryAPIProvidersEmpty", "query-api", []string{"BOOKRECON_PROVIDERS="}, nil, "--providers: is required"},
+		{"HistoryKeyMalformed", "bookrecon", nil, []string{"attempt", "history", "--tenant", "t_1", "--key", "garbage"}, "--key must be prefix:subject:vN"},
 		{"EscalationIDNotUUID", "bookrecon", nil, []string{"escalations", "show", "not-a-uuid"}, `escalation id "not-a-uuid" is not a UUID`},
 		{"NegativeReconcilePoll", "reconciler", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_RECONCILE_POLL=-1s"}, nil, "--poll (BOOKRECON_RECONCILE_POLL) must be positive, got -1s"},
 		{"NegativeEscalatePoll", "escalator", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_ESCALATE_POLL=-1s"}, nil, "--poll (BOOKRECON_ESCALATE_POLL) must be positive, got -1s"},
