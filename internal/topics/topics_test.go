@@ -3,6 +3,7 @@ package topics_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -60,16 +61,22 @@ func TestEnsureRaisesDeadLetterLimit(t *testing.T) {
 	if err := topics.Ensure(context.Background(), adm, 1, n); err != nil {
 		t.Fatal(err)
 	}
-	cfgs, err := adm.DescribeTopicConfigs(context.Background(), n.AttemptsDLQ, n.Resolutions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The broker applies a config change through its metadata log: read until it shows (10 s).
 	got := map[string]string{}
-	for _, rc := range cfgs {
-		for _, c := range rc.Configs {
-			if c.Key == "max.message.bytes" && c.Value != nil {
-				got[rc.Name] = *c.Value
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		cfgs, err := adm.DescribeTopicConfigs(context.Background(), n.AttemptsDLQ, n.Resolutions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rc := range cfgs {
+			for _, c := range rc.Configs {
+				if c.Key == "max.message.bytes" && c.Value != nil {
+					got[rc.Name] = *c.Value
+				}
 			}
+		}
+		if got[n.AttemptsDLQ] == "8388608" || time.Now().After(deadline) {
+			break
 		}
 	}
 	if got[n.AttemptsDLQ] != "8388608" || got[n.Resolutions] != "1048588" {
