@@ -16,8 +16,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// samplesDir is /work/shared/samples seen from the package directory.
-const samplesDir = "../../shared/samples/"
+// samplesDir is the repository copy of the samples (samples/) seen from the package directory.
+const samplesDir = "../samples/"
 
 // sampleProviders are the four providers of samples/providers.yaml.
 var sampleProviders = map[string]bool{"sim-hotels": true, "sim-air": true, "sim-pay": true, "sim-legacy": true}

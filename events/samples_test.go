@@ -154,7 +154,7 @@ func TestSampleDecisions(t *testing.T) {
 // the record, for every valid sample line.
 func TestDecodeHashedMatchesCanonicalHash(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../shared/samples/attempts.jsonl")
+	raw, err := os.ReadFile("../samples/attempts.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

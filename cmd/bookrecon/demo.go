@@ -24,7 +24,7 @@ import (
 )
 
 type demoCmd struct {
-	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default ../shared/samples beside the repository)."`
+	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default samples/ of the repository, a copy of ../shared/samples)."`
 	Database string `default:"bookrecon_demo" help:"Database the demo drops and recreates for its run (must end in _demo)."`
 	Log      string `default:".stack/demo.log" help:"Where the services' JSON logs go."`
 	topics.Flags

@@ -1,5 +1,6 @@
-// Package samples locates the normative sample input (../shared/samples beside the repository,
-// or BOOKRECON_SAMPLES) for tests, the demo and the CLI.
+// Package samples locates the sample input for tests, the demo and the CLI: the repository's
+// copy in samples/ (or BOOKRECON_SAMPLES), so a clone alone runs its demo and tests. The
+// normative copy is ../shared/samples; TestCopyMatchesShared keeps the two equal.
 package samples
 
 import (
@@ -10,8 +11,8 @@ import (
 	"path/filepath"
 )
 
-// Dir returns the samples folder: $BOOKRECON_SAMPLES, else ../shared/samples next to the
-// module root found by walking up from the working directory.
+// Dir returns the samples folder: $BOOKRECON_SAMPLES, else samples/ at the module root found
+// by walking up from the working directory.
 func Dir() (string, error) {
 	if d := os.Getenv("BOOKRECON_SAMPLES"); d != "" {
 		return d, nil
@@ -22,7 +23,7 @@ func Dir() (string, error) {
 	}
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			s := filepath.Join(filepath.Dir(d), "shared", "samples")
+			s := filepath.Join(d, "samples")
 			if _, err := os.Stat(s); err != nil {
 				return "", err
 			}
