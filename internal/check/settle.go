@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/outbox"
@@ -150,31 +151,41 @@ type WaitOptions struct {
 
 // WaitSettled measures until two measurements in a row, Poll apart, are Settled (one could fall
 // between a stage's commit and the next stage's pick-up), and returns the last one. When Wait
-// passes first it returns a *NotSettledError (ErrNotSettled); a failed measurement is returned
-// as it is.
+// passes first it returns a *NotSettledError (ErrNotSettled). A measurement that fails with a
+// retriable Kafka error (kerr.IsRetriable: COORDINATOR_NOT_AVAILABLE while a fresh broker
+// creates __consumer_offsets, a leader election) is measured again Poll later, and returned
+// only when it still fails at the bound; any other failed measurement is returned as it is.
 func WaitSettled(ctx context.Context, s Source, o WaitOptions) (Progress, error) {
+	return waitSettled(ctx, func(ctx context.Context) (Progress, error) { return Measure(ctx, s) }, o)
+}
+
+func waitSettled(ctx context.Context, measure func(context.Context) (Progress, error), o WaitOptions) (Progress, error) {
 	o.Poll, o.Every = cmp.Or(o.Poll, time.Second), cmp.Or(o.Every, 5*time.Second)
 	start := time.Now()
 	deadline := start.Add(o.Wait)
 	var reported time.Time
 	confirmed := false // the previous measurement was settled too
 	for {
-		p, err := Measure(ctx, s)
-		if err != nil {
-			return p, err
-		}
+		p, err := measure(ctx)
 		now := time.Now()
-		if p.Settled() && confirmed {
+		lastPoll := !now.Add(o.Poll).Before(deadline)
+		switch {
+		case err != nil && (!kerr.IsRetriable(err) || lastPoll):
+			return p, err
+		case err != nil:
+			confirmed = false // measured again after Poll
+		case p.Settled() && confirmed:
 			return p, nil
-		}
-		confirmed = p.Settled()
-		last := !p.Settled() && !now.Add(o.Poll).Before(deadline)
-		if o.Report != nil && (reported.IsZero() || now.Sub(reported) >= o.Every || last) {
-			o.Report(p, now.Sub(start))
-			reported = now
-		}
-		if last {
-			return p, &NotSettledError{Wait: o.Wait, Last: p}
+		default:
+			confirmed = p.Settled()
+			last := !p.Settled() && lastPoll
+			if o.Report != nil && (reported.IsZero() || now.Sub(reported) >= o.Every || last) {
+				o.Report(p, now.Sub(start))
+				reported = now
+			}
+			if last {
+				return p, &NotSettledError{Wait: o.Wait, Last: p}
+			}
 		}
 		select {
 		case <-ctx.Done():
