@@ -128,3 +128,21 @@ func ExampleDB(ctx context.Context) (string, func(), error) {
 	}
 	return u.String(), drop, nil
 }
+
+// PrepareStatements prepares every statement of s on a fresh migrated database, so a typo, a
+// renamed column or a wrong parameter type in a `.sql` file fails the package's tests even when
+// no test runs that statement. Each package that loads statements calls it from one test.
+func PrepareStatements(t testing.TB, s *postgres.Statements) {
+	t.Helper()
+	pool := NewPool(t)
+	conn, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, name := range s.Names() {
+		if _, err := conn.Conn().Prepare(t.Context(), name, s.SQL(name)); err != nil {
+			t.Errorf("statement %s does not prepare: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestLoadStatements(t *testing.T) {
+	fsys := fstest.MapFS{
+		"sql/a.sql": {Data: []byte("-- statements of table a\n\n-- name: a_read\n-- one row by id\nSELECT 1\n  FROM a;\n\n-- name: a_write\nUPDATE a SET x = 1\n")},
+		"sql/b.sql": {Data: []byte("-- name: b_read\nSELECT 2\n")},
+	}
+	s, err := LoadStatements(fsys, "sql/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(s.Names(), ","), "a_read,a_write,b_read"; got != want {
+		t.Errorf("names = %s, want %s", got, want)
+	}
+	if got, want := s.SQL("a_read"), "-- one row by id\nSELECT 1\n  FROM a;"; got != want {
+		t.Errorf("a_read = %q, want %q", got, want)
+	}
+	if got, want := s.SQL("a_write"), "UPDATE a SET x = 1"; got != want {
+		t.Errorf("a_write = %q, want %q", got, want)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), `"nope"`) {
+			t.Errorf("SQL(unknown) recovered %v, want a panic naming it", r)
+		}
+	}()
+	s.SQL("nope")
+}
+
+func TestLoadStatementsRefuses(t *testing.T) {
+	for name, c := range map[string]struct{ files, want string }{
+		"Duplicate":   {"-- name: x\nSELECT 1\n-- name: x\nSELECT 2\n", "statement x defined twice"},
+		"Empty":       {"-- name: x\n\n-- name: y\nSELECT 1\n", "statement x is empty"},
+		"BeforeFirst": {"SELECT 1\n-- name: x\nSELECT 2\n", "a.sql:1: SQL before the first -- name: marker"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadStatements(fstest.MapFS{"a.sql": {Data: []byte(c.files)}}, "*.sql")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+	if _, err := LoadStatements(fstest.MapFS{}, "*.sql"); err == nil || !strings.Contains(err.Error(), "no file matches") {
+		t.Errorf("no files: err = %v", err)
+	}
+}
