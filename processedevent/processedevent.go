@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
 )
 
 // Execer runs a statement: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -116,7 +118,7 @@ func EnsurePartitions(ctx context.Context, db Execer, days ...time.Time) error {
 		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF processed_event
 			FOR VALUES FROM ('%s') TO ('%s')`, partitionName(d), d.Format(time.DateOnly), d.AddDate(0, 0, 1).Format(time.DateOnly))
 		if _, err := db.Exec(ctx, q); err != nil {
-			if isDuplicateObject(err) {
+			if postgres.IsCreateRace(err) {
 				continue // created concurrently by another consumer
 			}
 			return fmt.Errorf("processedevent: create partition %s: %w", partitionName(d), err)
@@ -127,12 +129,6 @@ func EnsurePartitions(ctx context.Context, db Execer, days ...time.Time) error {
 
 // ErrNoPartition is returned by OldestDay when processed_event has no partition.
 var ErrNoPartition = errors.New("processedevent: no partition")
-
-func isDuplicateObject(err error) bool {
-	var pgErr *pgconn.PgError
-	// 42P07 duplicate_table; 23505 when two sessions race on the catalog row.
-	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505")
-}
 
 // Days lists the days that have a partition, oldest first.
 func Days(ctx context.Context, db Querier) ([]time.Time, error) {

@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
-	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -33,17 +31,20 @@ type cli struct {
 	topics.Flags
 }
 
-func (c cli) service() service.Config {
+func (c cli) config() escalate.Config {
 	tp := c.Flags.Names()
-	return service.Config{Name: "escalator", DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
-		MaxDBConns: c.DBConns, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr, OutputTopics: []string{tp.Resolutions, tp.Escalations}}
+	return escalate.Config{
+		Infra: service.Infra{Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL,
+			Pooler: postgres.Pooler(c.Pooler), MaxDBConns: c.DBConns, AdminAddr: c.AdminAddr},
+		Poll: c.Poll, Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations},
+	}
 }
 
 // Validate refuses a database pool the escalator cannot run on, and a transaction pooler without
 // a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
 func (c cli) Validate() error {
 	var f service.FlagChecks
-	f.Check(c.service().PoolConfig().Validate())
+	f.Check(c.config().PoolConfig().Validate())
 	f.Positive("poll", "BOOKRECON_ESCALATE_POLL", c.Poll)
 	return f.Err()
 }
@@ -57,16 +58,8 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("capability map: %w", err)
 		}
-		reg := telemetry.NewRegistry()
-		tp := c.Flags.Names()
-		return service.Run(ctx, c.service(), log, reg,
-			func(ctx context.Context, pool *pgxpool.Pool) error {
-				esc, err := escalate.New(escalate.Config{Providers: m, Poll: c.Poll,
-					Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations}}, pool, log, reg)
-				if err != nil {
-					return err
-				}
-				return esc.Run(ctx)
-			})
+		cfg := c.config()
+		cfg.Providers = m
+		return escalate.Run(ctx, cfg, escalate.Deps{Logger: log})
 	})
 }

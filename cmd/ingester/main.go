@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -32,15 +31,15 @@ type cli struct {
 	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
 	BatchTimeout  time.Duration `env:"BOOKRECON_BATCH_TIMEOUT" default:"60s" help:"Bound on one try of a batch's database work; past it the batch pauses and is retried."`
 	Group         string        `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
-	Failpoint     string        `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
 	topics.Flags
+	failpointFlags // only in a binary built with the failpoint tag (crash tests)
 }
 
 func (c cli) config() ingest.Config {
 	return ingest.Config{
-		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
-		MaxDBConns: c.DBConns, Group: c.Group, Topics: c.Flags.Names(), AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays,
-		MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
+		Infra: service.Infra{Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL,
+			Pooler: postgres.Pooler(c.Pooler), MaxDBConns: c.DBConns, AdminAddr: c.AdminAddr},
+		Group: c.Group, Topics: c.Flags.Names(), RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
 	}
 }
 
@@ -69,21 +68,11 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("capability map: %w", err)
 		}
-		deps := ingest.Deps{Logger: log}
-		if c.Failpoint != "" {
-			fp, err := ingest.ParseFailpoint(c.Failpoint)
-			if err != nil {
-				return err
-			}
-			log.Warn("failpoint armed", "failpoint", c.Failpoint)
-			fp.Install(&deps, func() {
-				p, _ := os.FindProcess(os.Getpid())
-				_ = p.Kill() // SIGKILL: no deferred work, no offset commit, no group leave
-				select {}
-			})
+		if ctx, err = c.arm(ctx, log); err != nil {
+			return err
 		}
 		cfg := c.config()
 		cfg.Providers = m
-		return ingest.Run(ctx, cfg, deps)
+		return ingest.Run(ctx, cfg, ingest.Deps{Logger: log})
 	})
 }

@@ -6,18 +6,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/internal/service"
-	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -40,17 +37,22 @@ type cli struct {
 	topics.Flags
 }
 
-func (c cli) service() service.Config {
+func (c cli) config() reconcile.Config {
 	tp := c.Flags.Names()
-	return service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
-		MaxDBConns: c.DBConns, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr, OutputTopics: []string{tp.Resolutions, tp.Escalations}}
+	return reconcile.Config{
+		Infra: service.Infra{Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL,
+			Pooler: postgres.Pooler(c.Pooler), MaxDBConns: c.DBConns, AdminAddr: c.AdminAddr},
+		ProviderURL: c.ProviderURL, Poll: c.Poll, InitialInterval: c.InitialInterval, MaxInterval: c.MaxInterval, NoJitter: c.NoJitter,
+		CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout,
+		Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations},
+	}
 }
 
 // Validate refuses a database pool the reconciler cannot run on, and a transaction pooler without
 // a direct URL to migrate over, when the command line is parsed (a usage error: exit 80).
 func (c cli) Validate() error {
 	var f service.FlagChecks
-	f.Check(c.service().PoolConfig().Validate())
+	f.Check(c.config().PoolConfig().Validate())
 	f.Positive("poll", "BOOKRECON_RECONCILE_POLL", c.Poll)
 	f.Positive("initial-interval", "BOOKRECON_BACKOFF_INITIAL", c.InitialInterval)
 	f.Positive("call-timeout", "BOOKRECON_PROVIDER_CALL_TIMEOUT", c.CallTimeout)
@@ -73,18 +75,8 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("capability map: %w", err)
 		}
-		reg := telemetry.NewRegistry()
-		tp := c.Flags.Names()
-		return service.Run(ctx, c.service(), log, reg,
-			func(ctx context.Context, pool *pgxpool.Pool) error {
-				rec, err := reconcile.New(reconcile.Config{Providers: m, Poll: c.Poll, InitialInterval: c.InitialInterval,
-					MaxInterval: c.MaxInterval, NoJitter: c.NoJitter, CallTimeout: c.CallTimeout, InProgressTimeout: c.InProgressTimeout,
-					Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations}},
-					pool, providers.NewHTTP(c.ProviderURL, &http.Client{}), log, reg, nil)
-				if err != nil {
-					return err
-				}
-				return rec.Run(ctx)
-			})
+		cfg := c.config()
+		cfg.Providers = m
+		return reconcile.Run(ctx, cfg, reconcile.Deps{Logger: log})
 	})
 }

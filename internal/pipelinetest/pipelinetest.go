@@ -17,6 +17,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -103,8 +104,8 @@ func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbU
 
 // IngestConfig is an ingester configuration for this harness.
 func (h *Harness) IngestConfig() ingest.Config {
-	return ingest.Config{Brokers: h.Brokers, DatabaseURL: h.DBURL, Providers: h.Providers,
-		Group: h.Group, Topics: h.Topics, AdminAddr: "127.0.0.1:0"}
+	return ingest.Config{Infra: service.Infra{Brokers: h.Brokers, DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0"},
+		Providers: h.Providers, Group: h.Group, Topics: h.Topics}
 }
 
 // SampleLines reads a sample JSONL file.
