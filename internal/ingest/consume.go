@@ -12,6 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// consume polls batches of at most MaxPollRecords and handles each (handle) until ctx ends or
+// the client closes; rebalances wait while a batch is in hand (BlockRebalanceOnPoll). It
+// returns nil once ctx ends or the client is closed: handle retries a batch until then.
 func (in *Ingester) consume(ctx context.Context) error {
 	for {
 		fetches := in.client.PollRecords(ctx, in.cfg.MaxPollRecords)
