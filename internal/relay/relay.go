@@ -142,10 +142,11 @@ func NewMetrics(reg prometheus.Registerer, topics []string) *Metrics {
 
 // Relay publishes outbox rows in id order, in order per (topic, record key), and isolates what it
 // cannot publish: a row the broker refuses for its own sake is set aside with its error (kept,
-// listed by SetAside, released by Retry or Discard) and parks its (topic, record key) — the key's
-// later rows wait, every other key flows; a topic or authorization error pauses that topic
-// (readiness false, TopicPaused); a transient failure of some rows retries them with backoff
-// (retry_at, also parking their keys); a failure of every row is an outage that pauses the round.
+// listed by outbox.SetAside, released by outbox.Retry or outbox.Discard) and parks its (topic,
+// record key) — the key's later rows wait, every other key flows; a topic or authorization error
+// pauses that topic (readiness false, TopicPaused); a transient failure of some rows retries them
+// with backoff (retry_at, also parking their keys); a failure of every row is an outage that
+// pauses the round.
 // Rows published are marked one by one, so one failure never republishes the others.
 //
 // One relay publishes at a time for the whole outbox, elected by the outbox_lease row with a
