@@ -246,6 +246,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	t := cfg.Topics
+	// The ingester's relay shares the consumer's client (docs/decisions.md, "Where relays run").
 	rl := &relay.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: relay.NewMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
 		Config: relay.Config{Holder: "ingester-" + uuid.NewString()}}
 	wg.Go(func() { _ = rl.Run(bg) })
