@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -32,6 +33,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/lag"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -117,14 +119,20 @@ func Needs() service.Needs {
 		{What: "lag collector (on scrape)", Conns: 1}, service.ReadinessNeed}
 }
 
-// spec is how service.Run runs the ingester (c with its defaults): a consumer group on the two
-// input topics, reading committed records only, auto-commit off, rebalances blocked while a
-// batch is in hand, and a relay for the dead-letter and output topics.
-func (c Config) spec(sig testsignal.Ingester) service.Spec {
-	t := c.Topics
+// spec is how service.Run runs the ingester (c with its defaults). It has no Spec.Publish: the
+// ingester's relay shares its consumer's client (docs/decisions.md, "Where relays run"), so Run
+// starts it in Body.Start.
+func (c Config) spec() service.Spec {
+	return service.Spec{Name: "ingester", Infra: c.Infra, Needs: Needs(), Migrate: true}
+}
+
+// clientOpts are the consumer's options beyond kafka.Options: a consumer group on the two input
+// topics, reading committed records only, auto-commit off, rebalances blocked while a batch is
+// in hand.
+func (c Config) clientOpts(sig testsignal.Ingester) []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.ConsumerGroup(c.Group),
-		kgo.ConsumeTopics(t.Attempts, t.Decisions),
+		kgo.ConsumeTopics(c.Topics.Attempts, c.Topics.Decisions),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // an aborted transaction's records are never facts
 		// Transaction markers are delivered too, only to be committed past: otherwise the group's
 		// committed offset stays before a partition's last marker and its lag never reaches 0.
@@ -136,14 +144,13 @@ func (c Config) spec(sig testsignal.Ingester) service.Spec {
 	if f := sig.OnAssigned; f != nil {
 		opts = append(opts, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { f(a) }))
 	}
-	return service.Spec{Name: "ingester", Infra: c.Infra, Needs: Needs(), Migrate: true, Kafka: true, KafkaOpts: opts,
-		OutputTopics: []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}}
+	return opts
 }
 
 // PoolConfig is the pool c asks for, with the defaults; Run refuses to start when its Validate
 // fails.
 func (c Config) PoolConfig() service.PoolConfig {
-	return c.withDefaults().spec(testsignal.Ingester{}).PoolConfig()
+	return c.withDefaults().spec().PoolConfig()
 }
 
 // Deps are the ingester's injected dependencies, those of every service.
@@ -172,10 +179,11 @@ type Ingester struct {
 }
 
 // Run starts the ingester and blocks until ctx ends; it then finishes the batch in hand,
-// commits, stops the relay, leaves the group and closes the pool (service.Run's two-phase
-// shutdown). Before it consumes it waits out an outage of Kafka or PostgreSQL, and refuses to
-// start (ErrRetention) when an input topic keeps records longer than processed_event keeps
-// their dedup rows. /readyz is not ready while a batch is paused (and as service.Run says).
+// commits, leaves the group and closes its Kafka client (which ends a publish in flight), stops
+// the relay and closes the pool (service.Run's two-phase shutdown). Before it consumes it waits
+// out an outage of Kafka or PostgreSQL, and refuses to start (ErrRetention) when an input topic
+// keeps records longer than processed_event keeps their dedup rows. /readyz is not ready while a
+// batch is paused, an outbox topic is paused or no broker answered within kafka.AnsweredWithin.
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -183,11 +191,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	sig := testsignal.From(ctx)
 	var in *Ingester
-	return service.Run(ctx, cfg.spec(sig), deps, service.Body{
+	return service.Run(ctx, cfg.spec(), deps, service.Body{
 		Start: func(ctx context.Context, rt *service.Runtime) error {
+			cl, err := kgo.NewClient(append(kafka.Options(cfg.Brokers, rt.Logger, rt.Registry, "ingester"), cfg.clientOpts(sig)...)...)
+			if err != nil {
+				return fmt.Errorf("ingest: kafka client: %w", err)
+			}
 			in = newIngester(cfg, rt.Logger, rt.Pool, rt.Registry)
-			in.client, in.signals = rt.Client, sig
-			err := service.UntilUp(ctx, rt.Logger, "kafka and postgresql", func() error {
+			in.client, in.signals = cl, sig
+			err = service.UntilUp(ctx, rt.Logger, "kafka and postgresql", func() error {
 				if err := in.checkRetention(ctx); err != nil {
 					return err
 				}
@@ -195,20 +207,36 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				return err
 			}, ErrRetention)
 			if err != nil {
+				cl.Close()
 				return err
 			}
-			rt.Registry.MustRegister(lag.New(lag.Config{Admin: kadm.NewClient(rt.Client), Groups: []string{cfg.Group}, Pool: rt.Pool, Providers: cfg.Providers}))
+			rt.Registry.MustRegister(lag.New(lag.Config{Admin: kadm.NewClient(cl), Groups: []string{cfg.Group}, Pool: rt.Pool, Providers: cfg.Providers}))
+			t := cfg.Topics
+			// The ingester's relay shares the consumer's client (docs/decisions.md, "Where relays run").
+			rl := &relay.Relay{Pool: rt.Pool, Client: cl, Logger: rt.Logger, Metrics: relay.NewMetrics(rt.Registry, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
+				Config: relay.Config{Holder: "ingester-" + uuid.NewString()}}
+			rt.Go(func(ctx context.Context) { _ = rl.Run(ctx) })
+			brokers := kafka.NewBrokerWatch(cl)
+			rt.Go(brokers.Run)
 			rt.ReadyWhen(func(context.Context) error {
 				if why := in.paused.Load(); why != nil {
 					return fmt.Errorf("batch paused: %s", *why)
 				}
-				return nil
+				if err := rl.Ready(); err != nil {
+					return err
+				}
+				return brokers.Ready() // a broker answered within kafka.AnsweredWithin
 			})
 			return nil
 		},
 		Loop: func(ctx context.Context, rt *service.Runtime) error {
 			rt.Go(in.parts.run)
-			return in.consume(ctx)
+			err := in.consume(ctx)
+			// Phase two starts here: intake stopped and the batch in hand committed; leave the
+			// group and close the client first, so that a publish in flight ends with it, then
+			// service.Run stops the relay and the rest and closes the pool.
+			in.client.Close()
+			return err
 		},
 	})
 }

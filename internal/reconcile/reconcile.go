@@ -28,6 +28,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -111,8 +112,8 @@ type Deps = service.Deps
 // spec is how service.Run runs the reconciler: one loop beside the relay of the resolutions and
 // escalations topics.
 func (c Config) spec() service.Spec {
-	return service.LoopSpec("reconciler", c.Infra, "127.0.0.1:9102",
-		cmp.Or(c.Store.ResolutionsTopic, events.TopicResolutions), cmp.Or(c.Store.EscalationsTopic, events.TopicEscalations))
+	return service.LoopSpec("reconciler", c.Infra, "127.0.0.1:9102", relay.ForService(c.Brokers,
+		[]string{cmp.Or(c.Store.ResolutionsTopic, events.TopicResolutions), cmp.Or(c.Store.EscalationsTopic, events.TopicEscalations)}))
 }
 
 // PoolConfig is the pool Run opens for c; Run refuses to start when its Validate fails.

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
@@ -32,7 +33,7 @@ func TestAdminAddressTakenFailsAtStartup(t *testing.T) {
 	defer cancel()
 	for name, run := range map[string]func() error{
 		"service.Run": func() error {
-			return service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: nowhere, Brokers: []string{"127.0.0.1:1"}, AdminAddr: addr}, ""),
+			return service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: nowhere, AdminAddr: addr}, "", relay.ForService([]string{"127.0.0.1:1"}, nil)),
 				service.Deps{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()}, func(context.Context, *service.Runtime) error { return nil })
 		},
 		"ingest.Run": func() error {

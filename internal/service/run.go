@@ -8,13 +8,9 @@ import (
 	"net"
 	"sync"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/kafka"
-	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
@@ -85,12 +81,23 @@ type Spec struct {
 	// Migrate brings the schema up to date over Infra.MigrateDatabaseURL before the service
 	// starts (the query API, which only reads, does not).
 	Migrate bool
-	// Kafka opens a Kafka client on Infra.Brokers (kafka.Options plus KafkaOpts), watches the
-	// brokers for /readyz (kafka.BrokerWatch) and runs an outbox relay that publishes
-	// OutputTopics (its metric series pre-created) through the client.
-	Kafka        bool
-	KafkaOpts    []kgo.Opt
-	OutputTopics []string
+	// Publish starts the part that publishes the service's outbox rows beside its loop
+	// (relay.ForService: a Kafka client on Infra.Brokers, the outbox relay and a broker watch;
+	// where relays run: docs/decisions.md). nil: Run starts none (the query API publishes
+	// nothing; the ingester starts its own relay on its consumer's client in Body.Start).
+	Publish Publish
+}
+
+// Publish starts, on a service's pool, the part that publishes its outbox rows (relay.ForService).
+// name is the service's (Spec.Name); reg receives the part's metrics.
+type Publish func(name string, pool *pgxpool.Pool, log *slog.Logger, reg *prometheus.Registry) (Publisher, error)
+
+// Publisher is a running service's publishing part.
+type Publisher interface {
+	// Run publishes until ctx ends, then closes what the part opened.
+	Run(ctx context.Context)
+	// Ready is the part's share of /readyz: nil while it can publish.
+	Ready() error
 }
 
 // PoolConfig is the pool Run opens for s; a service's cmd validates it when its flags are parsed.
@@ -102,7 +109,6 @@ func (s Spec) PoolConfig() PoolConfig {
 // Runtime is what Run hands a service's Body: what it opened, and two hooks into the rest.
 type Runtime struct {
 	Pool     *pgxpool.Pool
-	Client   *kgo.Client // nil unless Spec.Kafka
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 
@@ -112,8 +118,8 @@ type Runtime struct {
 }
 
 // Go runs f in the background on a context that ends in phase two of the shutdown, after
-// Body.Loop has returned; Run waits for f before it closes the Kafka client and the pool
-// (maintenance loops).
+// Body.Loop has returned; Run waits for f before it closes the pool (maintenance loops, the
+// ingester's relay).
 func (rt *Runtime) Go(f func(ctx context.Context)) { rt.wg.Go(func() { f(rt.bg) }) }
 
 // ReadyWhen adds check to /readyz, asked before Run's own checks (the relay, a broker, a
@@ -122,9 +128,9 @@ func (rt *Runtime) ReadyWhen(check func(context.Context) error) { rt.ready = app
 
 // Body is a service's own part of Run.
 type Body struct {
-	// Start, when set, runs once the pool and the Kafka client are open, before the relay and
-	// the admin server start; an error ends Run (the ingester: its retention check and first
-	// partition maintenance, waiting out outages).
+	// Start, when set, runs once the pool is open, before Spec.Publish's part and the admin
+	// server start; an error ends Run (the ingester: its Kafka client, its retention check and
+	// first partition maintenance, waiting out outages, and its relay).
 	Start func(ctx context.Context, rt *Runtime) error
 	// Loop is the service's work: it runs until ctx ends, and Run returns its error after the
 	// shutdown.
@@ -134,13 +140,13 @@ type Body struct {
 // Run runs one service: it binds the admin address (an address in use fails at once with
 // telemetry.ErrAdminAddr, before anything is dialled), opens and migrates the pool (OpenPool: a
 // configuration error — a pool smaller than s.Needs, a transaction pooler without a direct URL
-// to migrate over — returns at once as a postgres.ErrConfig; an outage is waited out), opens the
-// Kafka client, runs body.Start, starts the outbox relay, the broker watch and the admin server,
-// and runs body.Loop until ctx ends. /readyz is ready while the checks of Runtime.ReadyWhen pass,
-// no outbox topic is paused, a broker answered within kafka.AnsweredWithin and PostgreSQL answers.
-// Shutdown is two-phase: once Loop has returned (intake stopped, the work in hand finished), the
-// background work stops — the relay, the broker watch, the admin server, Runtime.Go — then the
-// Kafka client closes (leaving a consumer group), and the pool closes last.
+// to migrate over — returns at once as a postgres.ErrConfig; an outage is waited out), runs
+// body.Start, starts s.Publish's part and the admin server, and runs body.Loop until ctx ends.
+// /readyz is ready while the checks of Runtime.ReadyWhen pass, the publishing part is ready
+// (relay.ForService: no outbox topic paused, a broker answered within kafka.AnsweredWithin) and
+// PostgreSQL answers. Shutdown is two-phase: once Loop has returned (intake stopped, the work in
+// hand finished), the background work stops — the publishing part (relay.ForService: the relay,
+// then its Kafka client), the admin server, Runtime.Go — and the pool closes last.
 func Run(ctx context.Context, s Spec, deps Deps, body Body) error {
 	deps = deps.WithDefaults()
 	log, reg := deps.Logger, deps.Registry
@@ -158,36 +164,26 @@ func Run(ctx context.Context, s Spec, deps Deps, body Body) error {
 		return err
 	}
 	defer pool.Close()
-	rt := &Runtime{Pool: pool, Logger: log, Registry: reg}
-	if s.Kafka {
-		cl, err := kgo.NewClient(append(kafka.Options(s.Infra.Brokers, log, reg, s.Name), s.KafkaOpts...)...)
-		if err != nil {
-			return fmt.Errorf("%s: kafka client: %w", s.Name, err)
-		}
-		defer cl.Close()
-		rt.Client = cl
-	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stop()
-	rt.bg, rt.wg = bg, &wg
+	rt := &Runtime{Pool: pool, Logger: log, Registry: reg, bg: bg, wg: &wg}
 	if body.Start != nil {
 		if err := body.Start(ctx, rt); err != nil {
 			return err
 		}
 	}
 	checks := rt.ready
-	if s.Kafka {
-		relay := &outbox.Relay{Pool: pool, Client: rt.Client, Logger: log, Metrics: outbox.NewRelayMetrics(reg, s.OutputTopics),
-			Config: outbox.RelayConfig{Holder: s.Name + "-" + uuid.NewString()}}
-		wg.Go(func() { _ = relay.Run(bg) })
-		brokers := kafka.NewBrokerWatch(rt.Client)
-		wg.Go(func() { brokers.Run(bg) })
-		// Ready only while it can publish: a broker answered lately, whether or not this
-		// service's relay holds the lease now.
-		checks = append(checks, func(context.Context) error { return relay.Ready() },
-			func(context.Context) error { return brokers.Ready() })
+	if s.Publish != nil {
+		pub, err := s.Publish(s.Name, pool, log, reg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		wg.Go(func() { pub.Run(bg) })
+		// Ready only while it can publish (relay.ForService: a broker answered lately, whether
+		// or not this service's relay holds the lease now).
+		checks = append(checks, func(context.Context) error { return pub.Ready() })
 	}
 	checks = append(checks, func(ctx context.Context) error { return pool.Ping(ctx) })
 	if admin != nil {
@@ -208,13 +204,12 @@ func Run(ctx context.Context, s Spec, deps Deps, body Body) error {
 	return body.Loop(ctx, rt)
 }
 
-// LoopSpec is the Spec of a service that is one loop beside its outbox relay (the reconciler,
-// the escalator): RunNeeds, a pool of DefaultRunConns unless infra says otherwise, migrated,
-// with a Kafka client for the relay of outputTopics; infra.AdminAddr "" is adminAddr.
-func LoopSpec(name string, infra Infra, adminAddr string, outputTopics ...string) Spec {
+// LoopSpec is the Spec of a service that is one loop beside the part that publishes its outbox
+// rows (the reconciler, the escalator: publish is relay.ForService): RunNeeds, a pool of
+// DefaultRunConns unless infra says otherwise, migrated; infra.AdminAddr "" is adminAddr.
+func LoopSpec(name string, infra Infra, adminAddr string, publish Publish) Spec {
 	infra.AdminAddr = cmp.Or(infra.AdminAddr, adminAddr)
-	return Spec{Name: name, Infra: infra, Needs: RunNeeds(), DefaultConns: DefaultRunConns, Migrate: true, Kafka: true,
-		OutputTopics: outputTopics}
+	return Spec{Name: name, Infra: infra, Needs: RunNeeds(), DefaultConns: DefaultRunConns, Migrate: true, Publish: publish}
 }
 
 // RunLoop is Run for a service that is one loop: loop runs on the pool until ctx ends.

@@ -2,7 +2,9 @@
 // ParseFlags, OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a
 // direct session) and Run, the one runner every service's Run(ctx, cfg, deps) goes through — the
 // admin listener, the pool, the Kafka client, the outbox relay and two-phase shutdown around the
-// service's own loop (run.go).
+// service's own loop (run.go). It links no Kafka client, so the query API, which only reads,
+// links none either: the part that publishes a service's outbox rows comes from relay.ForService
+// (Spec.Publish), and the ingester, whose relay shares its consumer's client, starts its own.
 package service
 
 import (

@@ -106,11 +106,11 @@ func TestPoolRefusedAtOnce(t *testing.T) {
 		}
 	}
 	// Run refuses the same way, and a migrate URL of its own makes a transaction pooler fine.
-	err := service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: url, MaxDBConns: 1}, ""), service.Deps{Logger: slog.New(slog.DiscardHandler)}, nil)
+	err := service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: url, MaxDBConns: 1}, "", nil), service.Deps{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if !errors.Is(err, postgres.ErrConfig) {
 		t.Errorf("Run with a pool of 1 = %v, want postgres.ErrConfig", err)
 	}
-	ok := service.LoopSpec("escalator", service.Infra{DatabaseURL: url, MigrateDatabaseURL: "postgres://u:p@127.0.0.1:2/d", Pooler: postgres.PoolerTransaction}, "")
+	ok := service.LoopSpec("escalator", service.Infra{DatabaseURL: url, MigrateDatabaseURL: "postgres://u:p@127.0.0.1:2/d", Pooler: postgres.PoolerTransaction}, "", nil)
 	if err := ok.PoolConfig().Validate(); err != nil {
 		t.Errorf("%+v: %v", ok, err)
 	}
