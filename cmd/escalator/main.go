@@ -3,9 +3,7 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,30 +11,23 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/escalate"
-	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 type cli struct {
-	DatabaseURL  string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
-	MigrateURL   string        `env:"BOOKRECON_MIGRATE_DATABASE_URL" help:"Direct PostgreSQL URL for the migrations only (default the database URL; required with a transaction pooler)."`
-	Pooler       string        `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
-	DBConns      int32         `env:"BOOKRECON_ESCALATOR_DB_CONNS" default:"4" help:"Most database connections (at least 3)."`
-	KafkaBrokers []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers (the outbox relay)."`
-	Providers    service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map: deadline, deadlineByOperation."`
-	AdminAddr    string        `env:"BOOKRECON_ESCALATOR_ADMIN_ADDR" default:"127.0.0.1:9103" help:"Address of /metrics, /livez, /readyz."`
-	Poll         time.Duration `env:"BOOKRECON_ESCALATE_POLL" default:"250ms" help:"Pause between scans."`
+	service.SharedFlags
+	DBConns   int32         `env:"BOOKRECON_ESCALATOR_DB_CONNS" default:"4" help:"Most database connections (at least 3)."`
+	AdminAddr string        `env:"BOOKRECON_ESCALATOR_ADMIN_ADDR" default:"127.0.0.1:9103" help:"Address of /metrics, /livez, /readyz."`
+	Poll      time.Duration `env:"BOOKRECON_ESCALATE_POLL" default:"250ms" help:"Pause between scans."`
 	topics.Flags
 }
 
 func (c cli) config() escalate.Config {
 	tp := c.Flags.Names()
 	return escalate.Config{
-		Infra: service.Infra{Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL,
-			Pooler: postgres.Pooler(c.Pooler), MaxDBConns: c.DBConns, AdminAddr: c.AdminAddr},
-		Poll: c.Poll, Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations},
+		Infra: c.Infra(c.DBConns, c.AdminAddr),
+		Poll:  c.Poll, Store: attempt.Config{ResolutionsTopic: tp.Resolutions, EscalationsTopic: tp.Escalations},
 	}
 }
 
@@ -52,11 +43,10 @@ func (c cli) Validate() error {
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Description("bookrecon escalator"))
-	c.DatabaseURL = cmp.Or(c.DatabaseURL, postgres.DefaultURL)
 	service.Main("escalator", func(ctx context.Context, log *slog.Logger) error {
-		m, err := providers.LoadMap(string(c.Providers))
+		m, err := c.LoadProviders()
 		if err != nil {
-			return fmt.Errorf("capability map: %w", err)
+			return err
 		}
 		cfg := c.config()
 		cfg.Providers = m
