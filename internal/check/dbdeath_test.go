@@ -88,9 +88,9 @@ type outage struct {
 	resumed          time.Time // the first batch committed after started
 }
 
-// runDatabaseDies runs the load on a fresh database of pg with the ingester's test signals from hooks,
-// whose crash stops pg at once (-m immediate) and starts it crashDown later; it checks that
-// crashes happen, and the end state.
+// runDatabaseDies runs the load on a fresh database of pg with the ingester's test signals from
+// hooks, whose crash stops pg at once (-m immediate) and starts it crashDown later; it checks
+// that crashes happen, and the end state.
 func runDatabaseDies(t *testing.T, pg *pgtest.Cluster, crashes int, hooks func(crash func(where string)) testsignal.Ingester) {
 	began := time.Now()
 	h := pipelinetest.NewOn(t, 3, pg.NewDatabase(t))
