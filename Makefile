@@ -37,9 +37,10 @@ lint: golangci-lint ## golangci-lint (.golangci.yml: errcheck, govet, staticchec
 	$(GOLANGCI_LINT) run ./...
 	$(GO) vet ./...
 
-test: up tools lint ## all tests (race detector, shuffled) and a short fuzz run, on the real stack
+test: up tools lint ## all tests (race detector, shuffled) and a short fuzz run, on the real stack; then test-short with no stack
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
 	$(MAKE) fuzz FUZZTIME=5s
+	$(MAKE) test-short
 
 test-faults: up tools ## fault tests (build tag faults): the load run on a three-node cluster whose nodes die (SIGKILL)
 	$(GO) test -tags faults -race -count=1 -timeout 30m -run '^TestLoadBrokerFailover$$' -v ./internal/check/
