@@ -59,10 +59,7 @@ func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 	if slices.ContainsFunc(recs, isControl) {
 		data = slices.DeleteFunc(slices.Clone(recs), isControl)
 	}
-	for {
-		if len(data) == 0 {
-			break
-		}
+	for len(data) > 0 {
 		bctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
 		err := in.applyBatch(bctx, data)
 		cancel()
