@@ -103,8 +103,10 @@ func setupOn(t *testing.T, url string) *fixture {
 		t.Fatal(err)
 	}
 	return &fixture{t: t, url: url, pool: pool, clock: newClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)),
-		reg: reg, metrics: m, log: &logtest.Buffer{}}
+		reg: reg, metrics: m, log: newLogBuffer()}
 }
+
+func newLogBuffer() *logtest.Buffer { return &logtest.Buffer{} }
 
 // guard builds a Guard over f's database (or cfg.DB), clock and metrics; cfg's zero fields take
 // the test defaults.

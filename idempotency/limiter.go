@@ -72,6 +72,7 @@ func RedisOptions(url string, timeout time.Duration) (*redis.Options, error) {
 	}
 	timeout = cmp.Or(timeout, DefaultLimiterTimeout)
 	o.MaxRetries = -1
+	o.DialerRetries = 1 // no redial within a command: a Redis that refuses is fail-open at once
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
 	return o, nil
@@ -79,7 +80,9 @@ func RedisOptions(url string, timeout time.Duration) (*redis.Options, error) {
 
 // OpenLimiter is NewLimiter on a client of RedisOptions(url, o.Timeout). It does not contact
 // Redis: a Redis that is down at start is fail-open like one that goes away later. Close the
-// client (Limiter.Close) at shutdown.
+// client (Limiter.Close) at shutdown. go-redis logs each failed dial through its own global
+// logger (standard log, stderr); the Limiter logs a change of state once, so a service may
+// silence go-redis with logging.Disable (github.com/redis/go-redis/v9/logging).
 func OpenLimiter(url string, o LimiterOptions) (*Limiter, error) {
 	ro, err := RedisOptions(url, o.Timeout)
 	if err != nil {
