@@ -98,7 +98,7 @@ func ExampleGuard_Transactional() {
 	post(srv.URL+"/v1/bookings", "5f6de8fd-919f-4a4a-a3dc-0a664c4767ab", `{"intent":"bi_1"}`)
 	post(srv.URL+"/v1/bookings", "5f6de8fd-919f-4a4a-a3dc-0a664c4767ab", `{"intent":"bi_1"}`) // the retry
 	post(srv.URL+"/v1/bookings", "5f6de8fd-919f-4a4a-a3dc-0a664c4767ab", `{"intent":"bi_2"}`) // another request, same key
-	post(srv.URL+"/v1/bookings", "", `{"intent":"bi_1"}`) // no key
+	post(srv.URL+"/v1/bookings", "", `{"intent":"bi_1"}`)                                     // no key
 	var n int
 	_ = pool.QueryRow(ctx, "SELECT count(*) FROM booking").Scan(&n)
 	fmt.Println("bookings:", n)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -249,11 +250,14 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	release := func() {}
 	if cfg.Limiter != nil {
-		var ok bool
-		if release, ok = cfg.Limiter.Acquire(ctx, id, rt.lockTTL); !ok {
+		unlock, ok := cfg.Limiter.Acquire(ctx, id, rt.lockTTL)
+		if !ok {
 			rt.inProgress()(w)
 			return
 		}
+		var once sync.Once
+		release = func() { once.Do(unlock) }
+		defer release() // also when the handler panics
 	}
 	var answer reply
 	if rt.tx != nil {
@@ -324,7 +328,8 @@ func (rt *route) serveTx(ctx context.Context, r *http.Request, id keyID, fp Fing
 		if err != nil {
 			return rt.unavailable(err, "begin")
 		}
-		claimed, _, existing, err := claimRow(ctx, tx, claim{keyID: id, Route: rt.name, Fingerprint: fp, Now: now,
+		defer rollback(ctx, tx) // a handler that panics must not keep the connection (after Commit: a no-op)
+		claimed, existing, err := claimRow(ctx, tx, claim{keyID: id, Route: rt.name, Fingerprint: fp, Now: now,
 			ExpiresAt: now.Add(cfg.TTL)}, cfg.LockTimeout)
 		if !claimed || err != nil {
 			rollback(ctx, tx)
@@ -367,7 +372,7 @@ func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, f
 		if err != nil {
 			return rt.unavailable(err, "begin")
 		}
-		claimed, _, existing, err := claimRow(ctx, tx, claim{keyID: id, Route: rt.name, Fingerprint: fp,
+		claimed, existing, err := claimRow(ctx, tx, claim{keyID: id, Route: rt.name, Fingerprint: fp,
 			Token: &token, Lease: &lease, Now: now, ExpiresAt: now.Add(cfg.TTL)}, cfg.LockTimeout)
 		if !claimed || err != nil {
 			rollback(ctx, tx)
@@ -441,6 +446,7 @@ func KeepAnswer(ctx context.Context) {
 // recorder buffers a handler's answer until it is settled.
 type recorder struct {
 	header http.Header
+	sent   http.Header // header as it was at WriteHeader, as net/http sends it
 	status int
 	body   bytes.Buffer
 	keep   atomic.Bool
@@ -450,8 +456,16 @@ func (r *recorder) Header() http.Header { return r.header }
 
 func (r *recorder) WriteHeader(status int) {
 	if r.status == 0 {
-		r.status = status
+		r.status, r.sent = status, r.header.Clone()
 	}
+}
+
+// headers are the answer's headers: as they were at WriteHeader, or now when it was never called.
+func (r *recorder) headers() http.Header {
+	if r.sent != nil {
+		return r.sent
+	}
+	return r.header
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
@@ -466,12 +480,13 @@ func (r *recorder) storable() bool {
 }
 
 func (r *recorder) answer() answer {
-	return answer{Status: r.code(), Location: r.header.Get("Location"), ContentType: r.header.Get("Content-Type"), Body: r.body.Bytes()}
+	h := r.headers()
+	return answer{Status: r.code(), Location: h.Get("Location"), ContentType: h.Get("Content-Type"), Body: r.body.Bytes()}
 }
 
 // reply writes the handler's own answer (all its headers).
 func (r *recorder) reply(w http.ResponseWriter) {
-	for k, v := range r.header {
+	for k, v := range r.headers() {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(r.code())

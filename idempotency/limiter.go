@@ -78,12 +78,16 @@ func RedisOptions(url string, timeout time.Duration) (*redis.Options, error) {
 	return o, nil
 }
 
-// OpenLimiter is NewLimiter on a client of RedisOptions(url, o.Timeout). It does not contact
+// OpenLimiter is NewLimiter on a client of RedisOptions(url, o.Timeout); an empty url (an
+// unset BOOKRECON_REDIS_URL) returns a nil Limiter, which Config takes as none. It does not contact
 // Redis: a Redis that is down at start is fail-open like one that goes away later. Close the
 // client (Limiter.Close) at shutdown. go-redis logs each failed dial through its own global
 // logger (standard log, stderr); the Limiter logs a change of state once, so a service may
 // silence go-redis with logging.Disable (github.com/redis/go-redis/v9/logging).
 func OpenLimiter(url string, o LimiterOptions) (*Limiter, error) {
+	if url == "" {
+		return nil, nil // no Redis: a nil Limiter in Config is PostgreSQL alone
+	}
 	ro, err := RedisOptions(url, o.Timeout)
 	if err != nil {
 		return nil, err

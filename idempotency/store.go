@@ -71,30 +71,29 @@ var errLockTimeout = errors.New("idempotency: waited lock_timeout on a concurren
 // this request's, fresh or replacing an expired one) or the live record that holds the key;
 // existing is nil and claimed false when the holder vanished between the two statements (the
 // caller claims again).
-func claimRow(ctx context.Context, tx pgx.Tx, c claim, lockTimeout time.Duration) (claimed, replaced bool, existing *record, err error) {
+func claimRow(ctx context.Context, tx pgx.Tx, c claim, lockTimeout time.Duration) (claimed bool, existing *record, err error) {
 	var previous, set string
 	if err := tx.QueryRow(ctx, stmts.SQL("lock_timeout_set"), fmt.Sprintf("%dms", lockTimeout.Milliseconds())).Scan(&previous, &set); err != nil {
-		return false, false, nil, fmt.Errorf("idempotency: set lock_timeout: %w", err)
+		return false, nil, fmt.Errorf("idempotency: set lock_timeout: %w", err)
 	}
 	err = tx.QueryRow(ctx, stmts.SQL("idempotency_key_claim"), c.Tenant, c.Principal, c.Key, c.Route, c.Fingerprint[:],
-		c.Token, c.Lease, c.Now, c.ExpiresAt).Scan(&replaced)
+		c.Token, c.Lease, c.Now, c.ExpiresAt).Scan(&claimed)
 	switch {
 	case err == nil:
-		claimed = true
 	case errors.Is(err, pgx.ErrNoRows):
 	case postgres.SQLState(err) == "55P03":
-		return false, false, nil, errLockTimeout
+		return false, nil, errLockTimeout
 	default:
-		return false, false, nil, fmt.Errorf("idempotency: claim: %w", err)
+		return false, nil, fmt.Errorf("idempotency: claim: %w", err)
 	}
 	if _, err := tx.Exec(ctx, stmts.SQL("lock_timeout_set"), previous); err != nil {
-		return false, false, nil, fmt.Errorf("idempotency: restore lock_timeout: %w", err)
+		return false, nil, fmt.Errorf("idempotency: restore lock_timeout: %w", err)
 	}
 	if claimed {
-		return true, replaced, nil, nil
+		return true, nil, nil
 	}
 	existing, err = getRow(ctx, tx, c.keyID)
-	return false, false, existing, err
+	return false, existing, err
 }
 
 // getRow reads the record of id; nil when there is none.

@@ -3,11 +3,14 @@ package idempotency
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
 )
 
 const routeTx = "POST /v1/things"
@@ -276,4 +279,53 @@ func TestDeleteExpiredInBoundedBatches(t *testing.T) {
 		t.Fatalf("records %d, want 2 (k4, k5)", f.records())
 	}
 	wantReplay(t, f.do(srv, req{Key: "k4", Body: `{}`}), 4)
+}
+
+// TestTxHandlerPanicReleasesConnection: a transactional handler that panics rolls its claim
+// back and gives its connection back (a pool of one: otherwise the next request waits for a
+// connection until its RequestTimeout).
+func TestTxHandlerPanicReleasesConnection(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	one, err := postgres.Open(context.Background(), f.url, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	srv := serve(t, f.guard(Config{DB: one, RequestTimeout: 3 * time.Second, LockTimeout: time.Second}).Transactional(routeTx,
+		func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
+			if f.execs.Load() == 0 {
+				f.execs.Add(1)
+				panic(http.ErrAbortHandler) // net/http closes the connection without logging
+			}
+			f.txCreate(nil)(w, r, tx)
+		}))
+	q, err := newRequest(context.Background(), srv.URL, req{Key: "k1", Body: `{}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := srv.Client().Do(q); err == nil {
+		res.Body.Close()
+		t.Fatalf("the panicking handler answered %d", res.StatusCode)
+	}
+	start := time.Now()
+	wantCreated(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1)
+	if took := time.Since(start); took > 2*time.Second || f.execs.Load() != 2 || f.effects() != 1 {
+		t.Fatalf("the retry took %v, execs %d effects %d; want under 2 s, 2, 1", took, f.execs.Load(), f.effects())
+	}
+}
+
+func TestOpenLimiterWithoutURLIsPostgresAlone(t *testing.T) {
+	t.Parallel()
+	l, err := OpenLimiter("", LimiterOptions{})
+	if l != nil || err != nil {
+		t.Fatalf("OpenLimiter(\"\") = %v, %v; want nil, nil", l, err)
+	}
+	f := setup(t)
+	srv := serve(t, f.guard(Config{Limiter: l}).Transactional(routeTx, f.txCreate(nil)))
+	wantCreated(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1)
+	wantReplay(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1)
+	if _, err := OpenLimiter("http://user:secret@127.0.0.1:6379", LimiterOptions{}); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("OpenLimiter(an http URL) = %v, want an error that does not quote the URL", err)
+	}
 }

@@ -5,8 +5,8 @@
 -- Insert-first claim of (tenant, principal, key): a new row, or the atomic replacement of one
 -- whose retention ended (expires_at <= now). A live row of another transaction not yet committed
 -- makes this wait on the primary key (bounded by lock_timeout); a live committed row returns no
--- row, and the caller reads it (idempotency_key_get). replaced is true when an expired row was
--- replaced. $6/$7 (token, lease) are NULL in the transactional mode.
+-- row, and the caller reads it (idempotency_key_get). $6/$7 (token, lease) are NULL in the
+-- transactional mode.
 INSERT INTO idempotency_key AS k
     (tenant_id, principal, idem_key, route, fingerprint, state, token, lease_expires_at, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, 'in_flight', $6::uuid, $7::timestamptz, $8, $9)
@@ -16,7 +16,7 @@ SET route = EXCLUDED.route, fingerprint = EXCLUDED.fingerprint, state = 'in_flig
     status = NULL, location = NULL, content_type = NULL, body = NULL,
     created_at = EXCLUDED.created_at, completed_at = NULL, expires_at = EXCLUDED.expires_at
 WHERE k.expires_at <= EXCLUDED.created_at
-RETURNING (k.xmax::text <> '0') AS replaced;
+RETURNING true AS claimed;
 
 -- name: idempotency_key_get
 SELECT route, fingerprint, state, lease_expires_at, status, location, content_type, body, expires_at
