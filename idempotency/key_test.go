@@ -115,3 +115,33 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		t.Errorf("New reported %d problems, want 5:\n%v", n, err)
 	}
 }
+
+// FuzzParseKey: whatever the header holds, ParseKey returns ErrKeyInvalid or a key of 1–255
+// visible ASCII characters; a key it returns, sent bare or quoted again, parses to itself.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"k1", `"k1"`, `"a\"b"`, "", `"`, "a b", strings.Repeat("x", 300)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{HeaderKey: {v}}
+		k, err := ParseKey(h)
+		if err != nil {
+			if !errors.Is(err, ErrKeyInvalid) {
+				t.Fatalf("ParseKey(%q): %v, want ErrKeyInvalid", v, err)
+			}
+			return
+		}
+		if len(k) < 1 || len(k) > MaxKeyLen || strings.IndexFunc(k, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			t.Fatalf("ParseKey(%q) = %q: not 1-255 visible ASCII", v, k)
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
+		for _, again := range []string{quoted, k} {
+			if k[0] == '"' && again == k {
+				continue // a bare key starting with a quote reads as a quoted string
+			}
+			if got, err := ParseKey(http.Header{HeaderKey: {again}}); got != k || err != nil {
+				t.Fatalf("ParseKey(%q) = %q, %v; want %q", again, got, err, k)
+			}
+		}
+	})
+}
