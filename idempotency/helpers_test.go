@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -355,6 +356,19 @@ func (s *redisServer) Start() {
 	}
 }
 
+// Pause stops the server's process (SIGSTOP): connections open, nothing answers — a slow Redis.
+// Resume (SIGCONT) lets it go on.
+func (s *redisServer) Pause()  { s.signal(syscall.SIGSTOP) }
+func (s *redisServer) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *redisServer) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 // Stop kills the server (as a crash) and waits until it is gone.
 func (s *redisServer) Stop() {
 	s.mu.Lock()
@@ -377,10 +391,16 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// openLimiter is a Limiter on s, counted in f's metrics.
+// openLimiter is a Limiter on s, counted in f's metrics, whose commands may take 2 s (a loaded
+// test machine dialling afresh; TestRedisSlowFailsOpen tests the default bound).
 func (f *fixture) openLimiter(s *redisServer) *Limiter {
 	f.t.Helper()
-	l, err := OpenLimiter(s.URL(), LimiterOptions{Metrics: f.metrics, Logger: slog.New(slog.NewTextHandler(f.log, nil))})
+	return f.openLimiterTimeout(s, 2*time.Second)
+}
+
+func (f *fixture) openLimiterTimeout(s *redisServer, timeout time.Duration) *Limiter {
+	f.t.Helper()
+	l, err := OpenLimiter(s.URL(), LimiterOptions{Timeout: timeout, Metrics: f.metrics, Logger: slog.New(slog.NewTextHandler(f.log, nil))})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -207,14 +207,7 @@ func TestParallelIdenticalFirstRequests(t *testing.T) {
 					t.Cleanup(pool.Close)
 					cfg := Config{DB: pool, RequestTimeout: 5 * time.Second, LeaseMargin: time.Second}
 					if withRedis {
-						// Slow enough for 16 new connections on a loaded test machine: this test
-						// is about executions, TestRedisDownFailsOpen about slowness.
-						l, err := OpenLimiter(rs.URL(), LimiterOptions{Timeout: 5 * time.Second, Metrics: f.metrics})
-						if err != nil {
-							t.Fatal(err)
-						}
-						t.Cleanup(func() { _ = l.Close() })
-						cfg.Limiter = l
+						cfg.Limiter = f.openLimiter(rs)
 					}
 					g := f.guard(cfg)
 					slow := func(*http.Request) { time.Sleep(100 * time.Millisecond) }
@@ -253,5 +246,26 @@ func TestParallelIdenticalFirstRequests(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRedisSlowFailsOpen: a Redis that accepts connections but does not answer (its process
+// stopped) costs a request the Limiter's timeout (DefaultLimiterTimeout), then PostgreSQL alone
+// decides; counted as redis_error.
+func TestRedisSlowFailsOpen(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rs := startRedis(t)
+	srv := serve(t, f.guard(Config{Limiter: f.openLimiterTimeout(rs, 0)}).Transactional(routeTx, f.txCreate(nil)))
+	rs.Pause()
+	defer rs.Resume()
+	start := time.Now()
+	wantCreated(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1)
+	wantReplay(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1)
+	if took := time.Since(start); took < 2*DefaultLimiterTimeout || took > 5*time.Second {
+		t.Fatalf("two requests took %v, want at least two limiter timeouts (%v) and well under 5 s", took, DefaultLimiterTimeout)
+	}
+	if f.limiter(LimiterRedisError) != 2 || f.limiter(LimiterAcquired) != 0 || f.execs.Load() != 1 {
+		t.Fatalf("redis_error %d acquired %d execs %d, want 2 0 1", f.limiter(LimiterRedisError), f.limiter(LimiterAcquired), f.execs.Load())
 	}
 }
