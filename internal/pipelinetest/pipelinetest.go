@@ -1,6 +1,8 @@
 // Package pipelinetest is the shared harness of the integration and end-to-end tests: its own
 // topics on the real broker, its own migrated database, the sample capability map and
 // expected outcome, and helpers to publish the sample and wait for the pipeline to go quiet.
+// Under -short (`make test-short`, which runs without the stack) New, NewOn and NewOnCluster
+// skip their test.
 package pipelinetest
 
 import (
@@ -38,12 +40,14 @@ type Harness struct {
 // New creates topics (partitions each) on the real broker and a database for t.
 func New(t testing.TB, partitions int32) *Harness {
 	t.Helper()
+	skipShort(t)
 	return NewOn(t, partitions, pgtest.NewURL(t))
 }
 
 // NewOn is New with the migrated database at dbURL (a database of pgtest.Cluster's, say).
 func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 	t.Helper()
+	skipShort(t)
 	sfx := kafkatest.Suffix()
 	tp := topics.FromSuffix(sfx) // what BOOKRECON_TOPIC_SUFFIX=<Suffix> gives a binary
 	kafkatest.CreateTopics(t, partitions, tp.All()...)
@@ -55,6 +59,7 @@ func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 // cleanup, and a database for t.
 func NewOnCluster(t testing.TB, c *kafkatest.Cluster) *Harness {
 	t.Helper()
+	skipShort(t)
 	sfx := kafkatest.Suffix()
 	tp := topics.FromSuffix(sfx)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -68,6 +73,13 @@ func NewOnCluster(t testing.TB, c *kafkatest.Cluster) *Harness {
 		_, _ = c.Admin().DeleteTopics(ctx, tp.All()...)
 	})
 	return newHarness(t, kafkatest.ClusterBrokers, sfx, tp, pgtest.NewURL(t))
+}
+
+// skipShort skips t under -short: a harness needs the broker and PostgreSQL.
+func skipShort(t testing.TB) {
+	t.Helper()
+	kafkatest.SkipShort(t)
+	pgtest.SkipShort(t)
 }
 
 func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbURL string) *Harness {

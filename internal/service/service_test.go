@@ -35,6 +35,7 @@ func TestOpenPoolMalformedURL(t *testing.T) {
 // at once as postgres.ErrConfig with what to do, instead of being waited out like an outage.
 func TestOpenPoolRefusals(t *testing.T) {
 	t.Parallel()
+	pgtest.SkipShort(t)
 	u, err := url.Parse(pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
