@@ -319,6 +319,9 @@ type redisServer struct {
 
 func startRedis(t *testing.T) *redisServer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped under -short")
+	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server not found: install Debian's redis-server (scripts/stack.sh up installs it)")
 	}
@@ -343,7 +346,7 @@ func (s *redisServer) Start() {
 	s.cmd, s.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
 	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.port)})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if c.Ping(context.Background()).Err() == nil {
 			return

@@ -25,7 +25,7 @@ func TestLimiterReleasedOnlyByOwner(t *testing.T) {
 	rs := startRedis(t)
 	l := f.openLimiter(rs)
 	raw := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(strings.TrimSuffix(rs.URL(), "/0"), "redis://")})
-	defer raw.Close()
+	defer func() { _ = raw.Close() }()
 	ctx := context.Background()
 	id := keyID{Scope: Scope{Tenant: "t_a", Principal: "svc_1"}, Key: "k1"}
 	releaseOld, ok := l.Acquire(ctx, id, 150*time.Millisecond)
@@ -89,7 +89,7 @@ func TestLimiterLockPX(t *testing.T) {
 			go func() { first <- f.do(srv, req{Key: key, Body: `{}`}) }()
 			<-h.entered
 			raw := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(strings.TrimSuffix(rs.URL(), "/0"), "redis://")})
-			defer raw.Close()
+			defer func() { _ = raw.Close() }()
 			pttl := raw.PTTL(context.Background(), "idem:lock:t_a:svc_1:"+key).Val()
 			want := 23 * time.Second
 			if mode == "two-phase" {
