@@ -43,9 +43,10 @@ type Scope struct {
 
 // ScopeFunc returns the authenticated tenant and principal of r. In production it reads what the
 // authentication middleware (internal/auth, which runs before the Guard) put in r's context:
-// the tenant and principal of the bearer token. Never take them from a request header or the
-// path alone: any caller could then claim, or replay, another tenant's keys. An error answers
-// 401 unauthenticated (nothing claimed); its text is not shown.
+// the tenant and principal of the bearer token (auth.FromContext: Scope{Tenant: p.Tenant,
+// Principal: p.Name}). Never take them from a request header or the path alone: any caller
+// could then claim, or replay, another tenant's keys. An error, or an empty tenant or principal,
+// answers 401 unauthenticated (nothing claimed); its text is not shown.
 type ScopeFunc func(r *http.Request) (Scope, error)
 
 // TxHandler serves a transactional route inside the transaction that holds its idempotency
