@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -142,4 +143,26 @@ func TestKeyScope(t *testing.T) {
 	if f.execs.Load() != 3 || f.records() != 3 {
 		t.Fatalf("execs %d records %d, want 3 3", f.execs.Load(), f.records())
 	}
+}
+
+// TestHandlerBoundedByRequestTimeout: the detached context still ends at Config.RequestTimeout.
+func TestHandlerBoundedByRequestTimeout(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ended := make(chan error, 1)
+	srv := serve(t, f.guard(Config{RequestTimeout: 500 * time.Millisecond, LockTimeout: 100 * time.Millisecond, LeaseMargin: time.Second}).
+		TwoPhase(route2, f.twoPhase(nil, func(w http.ResponseWriter, r *http.Request, n int64) {
+			start := time.Now()
+			<-r.Context().Done()
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("the handler's context ended after %v, want about 500ms", took)
+			}
+			ended <- r.Context().Err()
+			created(w, n, n)
+		})))
+	wantCreated(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1)
+	if err := <-ended; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the handler's context ended with %v, want context.DeadlineExceeded", err)
+	}
+	wantReplay(t, f.do(srv, req{Key: "k1", Body: `{}`}), 1) // stored although the handler used up its time
 }
