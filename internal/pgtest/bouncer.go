@@ -106,7 +106,7 @@ pidfile = %s
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM) // immediate shutdown
-		var waitErr error // a SIGTERM exit status is expected
+		var waitErr error                       // a SIGTERM exit status is expected
 		select {
 		case waitErr = <-exited:
 		case <-time.After(10 * time.Second):
