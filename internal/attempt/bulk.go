@@ -3,7 +3,6 @@ package attempt
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -125,22 +124,15 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 	if len(tenants) == 0 {
 		return b, nil
 	}
-	// The database clock, as now() in the per-event path: the transaction's start time.
-	if err := t.tx.QueryRow(ctx, `SELECT now()`).Scan(&b.now); err != nil {
-		return nil, fmt.Errorf("attempt: read clock: %w", err)
+	// The database clock, as in the per-event path: the transaction's start time.
+	var err error
+	if b.now, err = t.Now(ctx); err != nil {
+		return nil, err
 	}
-	if _, err := t.tx.Exec(ctx, `INSERT INTO booking_intent (tenant_id, booking_intent_id)
-		SELECT t, i FROM unnest($1::text[], $2::text[]) AS u(t, i) ORDER BY t, i
-		ON CONFLICT (tenant_id, booking_intent_id) DO UPDATE SET tenant_id = excluded.tenant_id`, tenants, intents); err != nil {
+	if _, err := t.tx.Exec(ctx, q("booking_intent_lock_many"), tenants, intents); err != nil {
 		return nil, fmt.Errorf("attempt: lock %d intents: %w", len(tenants), err)
 	}
-	rows, err := t.tx.Query(ctx, `SELECT `+rowColumns+` FROM booking_attempt
-		WHERE (tenant_id, booking_intent_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY id FOR UPDATE`, tenants, intents)
-	if err != nil {
-		return nil, fmt.Errorf("attempt: read attempts: %w", err)
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Row, error) { return scanRow(r) })
+	all, err := scanRows(t.tx.Query(ctx, q("booking_attempt_of_intents"), tenants, intents))
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read attempts: %w", err)
 	}
@@ -149,8 +141,7 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 	}
-	rows, err = t.tx.Query(ctx, `SELECT DISTINCT tenant_id, idempotency_key FROM pending_decision
-		WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, keyTenants, keys)
+	rows, err := t.tx.Query(ctx, q("pending_decision_keys_waiting"), keyTenants, keys)
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read kept decisions: %w", err)
 	}
@@ -192,59 +183,51 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 			return false // another version: the gate and duplicate bookings need the full path
 		}
 	}
-	var c *Current
-	if cur != nil {
-		if cur.Escalated {
-			return false
-		}
-		c = &Current{Status: cur.Status, BookingIntentID: cur.BookingIntentID, Provider: cur.Provider,
-			RequestHash: cur.RequestHash, ProviderReference: cur.ProviderReference}
+	if cur != nil && cur.Escalated {
+		return false
 	}
-	f := FactOf(ev, b.codes)
 	if ev.EventType == events.EventStarted && d.RequestHash == "" {
 		return false
 	}
-	v := Decide(c, ev, f, d.RequestHash)
-	switch {
-	case v.Action == ActionCreate && ev.EventType == events.EventStarted:
-		a := b.newRow(ev, d)
-		a.Status = StatusInProgress
-		b.add(a, ev, v)
-	case v.Action == ActionCreate && v.Status.Terminal():
-		a := b.newRow(ev, events.Digests{})
-		b.settle(a, ev, f, v)
-		b.add(a, ev, v)
-	case v.Action == ActionCreate && v.Status == StatusUnknown:
-		a := b.newRow(ev, events.Digests{})
-		if !b.unknown(a, ev, f) {
-			return false
-		}
-		b.add(a, ev, v)
-	case v.Action == ActionTransition && cur.Status == StatusInProgress && v.Status == StatusUnknown:
-		before := *cur
-		if !b.unknown(cur, ev, f) {
-			*cur = before
-			return false
-		}
+	if ev.EventType != events.EventStarted {
+		d = events.Digests{}
+	}
+	st := OnEvent(cur, ev, FactOf(ev, b.codes), d, Env{Now: b.now, FirstCheck: b.t.cfg.FirstCheck, Policy: b.t.cfg.Policies[ev.Provider]})
+	if len(st.Open) > 0 || len(st.Anomalies) > 0 {
+		return false // an escalation (no_lookup_capability) needs the per-event path
+	}
+	a := st.Next
+	switch v := st.Verdict; {
+	case v.Action == ActionCreate:
+		b.inserts = append(b.inserts, a)
+		b.byKey[key] = a
+		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
+		b.group[g] = append(b.group[g], a)
+		b.t.Created[a.Status]++
+	case v.Action == ActionTransition && cur.Status == StatusInProgress:
+		*cur = *a
+		a = cur
 		if !b.isInsert(cur) {
 			b.updates[cur.ID] = cur
-		}
-		b.audits = append(b.audits, bulkAudit{cur.ID, StatusInProgress, StatusUnknown, ev.EventID, v.Note})
-	case v.Action == ActionTransition && cur.Status == StatusInProgress && v.Status.Terminal():
-		from := cur.Status
-		b.settle(cur, ev, f, v)
-		if !b.isInsert(cur) {
-			b.updates[cur.ID] = cur
-		}
-		b.audits = append(b.audits, bulkAudit{cur.ID, from, cur.Status, ev.EventID, v.Note})
-		if err := b.resolve(cur, ev.EventID); err != nil {
-			return false
 		}
 	case v.Action == ActionRepeat:
 		b.t.IdempotentRepeats++
-		b.audits = append(b.audits, bulkAudit{cur.ID, cur.Status, cur.Status, ev.EventID, v.Note})
 	default:
 		return false
+	}
+	b.audits = append(b.audits, bulkAudit{a.ID, st.Audit.From, st.Audit.To, ev.EventID, st.Audit.Note})
+	if st.UnknownClass != "" {
+		b.t.UnknownByClass[st.UnknownClass]++
+	}
+	if st.Resolve != nil && !b.plan {
+		m, err := b.t.resolvedMessage(a, ev.EventID)
+		if err != nil {
+			return false
+		}
+		b.messages = append(b.messages, m)
+	}
+	if st.Claim && a.ProviderReference != "" {
+		b.claims = append(b.claims, a)
 	}
 	return true
 }
@@ -258,107 +241,6 @@ func (b *Bulk) isInsert(a *Row) bool {
 	return false
 }
 
-func (b *Bulk) newRow(ev events.Attempt, d events.Digests) *Row {
-	a := &Row{ID: uuid.Must(uuid.NewV7()), TenantID: ev.TenantID, BookingIntentID: ev.BookingIntentID,
-		Operation: ev.Operation, Subject: ev.KeySubject, Version: ev.OperationVersion, IdempotencyKey: ev.IdempotencyKey,
-		Provider: ev.Provider, RequestHash: d.RequestHash, ClientReference: ev.Recovery.ClientReference,
-		FirstEventAt: ev.OccurredAt, WindowStart: later(ev.OccurredAt, b.now), CreatedAt: b.now}
-	if d.RequestHash != "" {
-		t := ev.OccurredAt
-		a.StartedAt = &t
-		a.Fingerprint = d.Fingerprint
-		a.request = ev.Request
-	}
-	a.recovery = ev.Recovery
-	return a
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// unknown records a UNKNOWN in memory; false when the attempt needs the per-event path (no
-// lookup can ever settle it: the no_lookup_capability escalation).
-func (b *Bulk) unknown(a *Row, ev events.Attempt, f Fact) bool {
-	a.Status = StatusUnknown
-	if f.Reference != "" {
-		a.ProviderReference = f.Reference
-	}
-	if b.t.NeedsNoLookupEscalation(a) {
-		return false
-	}
-	a.TimeoutClass = string(f.TimeoutClass)
-	if f.Transport {
-		a.FailureCode = f.FailureCode // the transport-timeout code, as ApplyEvent keeps it
-	}
-	if ev.Outcome != nil && !f.Transport && f.TimeoutClass == events.TimeoutConnect {
-		a.requestSent = ev.Outcome.RequestSent
-	}
-	a.WindowStart = later(ev.OccurredAt, b.now)
-	t := b.now
-	a.UnknownSince = &t
-	a.unknownNow = true
-	b.t.UnknownByClass[f.TimeoutClass.MetricLabel()]++
-	if a.ProviderReference != "" {
-		b.claims = append(b.claims, a)
-	}
-	return true
-}
-
-// settle applies a terminal outcome to a in memory.
-func (b *Bulk) settle(a *Row, ev events.Attempt, f Fact, v Verdict) {
-	a.Status, a.Source = v.Status, v.Source
-	if f.Reference != "" {
-		a.ProviderReference = f.Reference
-	}
-	if f.FailureCode != "" {
-		a.FailureCode = f.FailureCode
-	}
-	if f.TimeoutClass != "" { // not_sent: connect_timeout with requestSent false, as ApplyEvent keeps it
-		a.TimeoutClass = string(f.TimeoutClass)
-		if ev.Outcome != nil && f.TimeoutClass == events.TimeoutConnect {
-			a.requestSent = ev.Outcome.RequestSent
-		}
-	}
-	a.WindowStart = later(ev.OccurredAt, b.now)
-	if v.Status == StatusFailed {
-		a.Retryable = f.Retryable
-		t := ev.OccurredAt
-		a.FailedFactAt = &t
-	}
-	a.terminal = true
-}
-
-func (b *Bulk) add(a *Row, ev events.Attempt, v Verdict) {
-	b.inserts = append(b.inserts, a)
-	b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
-	g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
-	b.group[g] = append(b.group[g], a)
-	b.t.Created[a.Status]++
-	b.audits = append(b.audits, bulkAudit{a.ID, "", a.Status, ev.EventID, v.Note})
-	if a.Status.Terminal() {
-		_ = b.resolve(a, ev.EventID)
-	}
-}
-
-func (b *Bulk) resolve(a *Row, causeID string) error {
-	if b.plan {
-		return nil
-	}
-	m, err := b.t.resolvedMessage(a, causeID)
-	if err != nil {
-		return err
-	}
-	b.messages = append(b.messages, m)
-	if a.ProviderReference != "" {
-		b.claims = append(b.claims, a)
-	}
-	return nil
-}
-
 // Flush writes everything Try applied: attempts inserted and updated, audit rows, outbox rows
 // and provider reference claims, then escalates the claims another attempt already holds.
 func (b *Bulk) Flush(ctx context.Context) error {
@@ -366,30 +248,12 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	if n := len(b.inserts); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.inserts {
-			req, _ := json.Marshal(a.request)
-			if a.request == nil {
-				req = nil
-			}
-			var retryable *bool
-			var failedAt, terminalAt *time.Time
-			if a.terminal {
-				t := b.now
-				terminalAt = &t
-			}
-			if a.Status == StatusFailed {
-				retryable, failedAt = &a.Retryable, a.FailedFactAt
-			}
 			rc := a.recovery
-			var unknownSince, nextCheck *time.Time
-			if a.unknownNow {
-				n := b.now.Add(b.t.firstCheckDuration())
-				unknownSince, nextCheck = a.UnknownSince, &n
-			}
 			rows = append(rows, []any{a.ID, a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject, a.Version,
-				a.IdempotencyKey, a.Provider, string(a.Status), nz(string(a.Source)), req, nz(a.RequestHash), nz(a.Fingerprint),
+				a.IdempotencyKey, a.Provider, string(a.Status), nz(string(a.Source)), requestJSON(a.request), nz(a.RequestHash), nz(a.Fingerprint),
 				nz(rc.ClientReference), nz(rc.ProviderSessionID), nz(rc.CorrelationID), nz(rc.PaymentReference), nz(rc.ProviderReference),
-				nz(rc.ProviderIdempotencyKey), nz(a.ProviderReference), nz(a.FailureCode), retryable, a.StartedAt, a.FirstEventAt,
-				a.WindowStart, failedAt, terminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, unknownSince, nextCheck})
+				nz(rc.ProviderIdempotencyKey), nz(a.ProviderReference), nz(a.FailureCode), retryableOf(a), a.StartedAt, a.FirstEventAt,
+				a.WindowStart, a.FailedFactAt, a.TerminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, a.UnknownSince, a.NextCheckAt})
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"booking_attempt"}, []string{"id", "tenant_id", "booking_intent_id", "operation",
 			"subject", "operation_version", "idempotency_key", "provider", "status", "resolution_source", "request", "request_hash",
@@ -403,40 +267,25 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	}
 	if n := len(b.updates); n > 0 {
 		var ids []uuid.UUID
-		var status, source, ref, code []string
+		var status, source, ref, code, timeoutClass []string
 		var retryable []*bool
 		var window []time.Time
-		var failedAt []*time.Time
-		var timeoutClass []string
+		var failedAt, unknownSince, terminalAt, nextCheck []*time.Time
 		for _, a := range b.updates {
-			timeoutClass = append(timeoutClass, a.TimeoutClass)
-			ids = append(ids, a.ID)
+			ids, timeoutClass = append(ids, a.ID), append(timeoutClass, a.TimeoutClass)
 			status, source, ref, code = append(status, string(a.Status)), append(source, string(a.Source)), append(ref, a.ProviderReference), append(code, a.FailureCode)
-			var r *bool
-			if a.Status == StatusFailed {
-				r = &a.Retryable
-			}
-			retryable, window, failedAt = append(retryable, r), append(window, a.WindowStart), append(failedAt, a.FailedFactAt)
+			retryable, window, failedAt = append(retryable, retryableOf(a)), append(window, a.WindowStart), append(failedAt, a.FailedFactAt)
+			unknownSince, terminalAt, nextCheck = append(unknownSince, a.UnknownSince), append(terminalAt, a.TerminalAt), append(nextCheck, a.NextCheckAt)
 		}
-		_, err := tx.Exec(ctx, `UPDATE booking_attempt a SET status = u.status, resolution_source = nullif(u.source, ''),
-			provider_reference = coalesce(nullif(u.ref, ''), a.provider_reference), failure_code = coalesce(nullif(u.code, ''), a.failure_code),
-			retryable = coalesce(u.retryable, a.retryable), window_start = u.win, failed_fact_at = u.failed_at,
-			timeout_class = coalesce(nullif(u.tc, ''), a.timeout_class),
-			unknown_since = CASE WHEN u.status = 'UNKNOWN' THEN now() ELSE a.unknown_since END,
-			terminal_at = CASE WHEN u.status IN ('CONFIRMED', 'FAILED') THEN now() END,
-			next_check_at = CASE WHEN u.status = 'UNKNOWN' THEN now() + $10::interval END,
-			updated_at = now()
-			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::timestamptz[], $8::timestamptz[], $9::text[])
-				AS u(id, status, source, ref, code, retryable, win, failed_at, tc)
-			WHERE a.id = u.id`, ids, status, source, ref, code, retryable, window, failedAt, timeoutClass, b.t.firstCheck())
-		if err != nil {
+		if _, err := tx.Exec(ctx, q("booking_attempt_update_many"), ids, status, source, ref, code, retryable, window, failedAt,
+			timeoutClass, unknownSince, terminalAt, nextCheck); err != nil {
 			return fmt.Errorf("attempt: bulk update %d attempts: %w", n, err)
 		}
 	}
 	if n := len(b.audits); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.audits {
-			rows = append(rows, []any{a.id, nz(string(a.from)), string(a.to), "event", a.eventID, a.note})
+			rows = append(rows, []any{a.id, nz(string(a.from)), string(a.to), CauseEvent, a.eventID, a.note})
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"attempt_transition"},
 			[]string{"attempt_id", "from_status", "to_status", "cause", "event_id", "note"}, pgx.CopyFromRows(rows)); err != nil {
@@ -460,9 +309,7 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		prov, op, ref, tenant, ids = append(prov, a.Provider), append(op, string(a.Operation)), append(ref, a.ProviderReference),
 			append(tenant, a.TenantID), append(ids, a.ID)
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO provider_reference_claim (provider, operation, reference, attempt_id, tenant_id)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::text[])
-		ON CONFLICT DO NOTHING RETURNING attempt_id`, prov, op, ref, ids, tenant)
+	rows, err := tx.Query(ctx, q("provider_reference_claim_insert_many"), prov, op, ref, ids, tenant)
 	if err != nil {
 		return fmt.Errorf("attempt: bulk claim: %w", err)
 	}

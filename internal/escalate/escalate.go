@@ -246,30 +246,11 @@ func (e *Escalator) judge(ctx context.Context, c candidate) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if a.Status != attempt.StatusUnknown || a.UnknownSince == nil {
-			return nil
-		}
 		caps, _ := e.cfg.Providers.Get(a.Provider)
-		var due, held bool
-		err = tx.QueryRow(ctx, `SELECT $2::timestamptz + $3::interval <= now(),
-			EXISTS (SELECT 1 FROM escalation WHERE attempt_id = $1 AND state = 'open' AND reason IN ('ambiguous_match', 'no_lookup_capability'))`,
-			a.ID, *a.UnknownSince, fmt.Sprintf("%d microseconds", caps.DeadlineFor(a.Operation).Microseconds())).Scan(&due, &held)
-		if err != nil {
-			return fmt.Errorf("escalate: judge %s: %w", a.IdempotencyKey, err)
-		}
-		if !due {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE booking_attempt SET deadline_done = true WHERE id = $1`, a.ID); err != nil {
+		var raised bool
+		if raised, opened, err = at.JudgeDeadline(ctx, a, caps.DeadlineFor(a.Operation)); err != nil || !raised {
 			return err
 		}
-		if held {
-			return nil // an open ambiguous_match or no_lookup_capability holds the deadline back
-		}
-		if err := at.Escalate(ctx, a, attempt.ReasonDeadlineExceeded, ""); err != nil {
-			return err
-		}
-		opened = at.EscalationsOpened[attempt.ReasonDeadlineExceeded] > 0
 		if e.BeforeCommit != nil {
 			e.BeforeCommit(ctx, a.ID)
 		}

@@ -190,10 +190,7 @@ func (r *Reconciler) sweepStale(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if a.Status != attempt.StatusInProgress || !a.CreatedAt.Before(cutoff) {
-				return nil // settled or restarted meanwhile
-			}
-			_, err = at.MarkStale(ctx, a)
+			_, err = at.MarkStale(ctx, a, now, r.cfg.InProgressTimeout) // unchanged when settled or restarted meanwhile
 			return err
 		})
 		if class := attempt.FailureClass(err); class != "" && ctx.Err() == nil {
