@@ -1,0 +1,13 @@
+package reconcile
+
+import (
+	"testing"
+
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+)
+
+// TestStatementsPrepare prepares every statement of sql/*.sql against the migrated schema.
+func TestStatementsPrepare(t *testing.T) {
+	t.Parallel()
+	pgtest.PrepareStatements(t, statements)
+}
