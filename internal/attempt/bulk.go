@@ -3,7 +3,6 @@ package attempt
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,20 +15,17 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 )
 
-// Bulk applies the common cases of a batch of deduplicated attempt events with a handful of
-// set-based statements instead of a dozen statements per event: a version-1 attempt started,
-// then settled by its own success or failure event, with no other version of its (intent,
-// operation, subject), no kept decision, no provider reference already claimed by another
-// attempt. Everything else — UNKNOWN, key conflicts, contradictions, late starts, retries —
-// goes to the per-event path (ApplyEvent), and so does every later event of an intent once one
-// of its events did: the two paths never interleave on an intent.
-//
-// Use: NewBulk (locks every intent, reads their attempts, and plans: an intent goes the bulk
-// way only if every one of its events in the batch is a common case), then Try for each event
-// in batch order — false means "apply it with ApplyEvent now" — then Flush. Because an intent
-// is wholly on one path, the per-event path never reads state that a buffered bulk write has
-// not yet stored. The rules and effects are those of ApplyEvent (DESIGN.md "Attempt states",
-// "Storage rules").
+// Bulk is the batch write path: it locks a batch's intents and loads their attempts and kept
+// decisions set-based (NewBulk), applies the transition function (OnEvent) event by event in
+// batch order to the attempts in memory, and flushes what it buffered with a handful of
+// set-based statements (Flush) instead of a dozen statements per event. It buffers the steps
+// whose effects it can write set-based: creations, IN_PROGRESS → UNKNOWN or terminal, repeats,
+// of a version-1 attempt alone in its (intent, operation, subject), without an escalation, a
+// kept decision, or a new escalation to open. Any other step — key conflicts, contradictions,
+// late starts, retries, settling an UNKNOWN — is written by the per-event path (ApplyEvent),
+// and so is every later event of its intent in the batch: Apply first flushes what the batch
+// buffered for that intent, so the per-event path reads what the bulk path decided. The rules
+// and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Storage rules").
 type Bulk struct {
 	t        *Tx
 	codes    []string
@@ -37,13 +33,15 @@ type Bulk struct {
 	group    map[string][]*Row  // tenant/intent/op/subject → its versions
 	pending  map[[2]string]bool // (tenant, key) with a kept manual decision
 	dirty    map[[2]string]bool // (tenant, intent) handed to the per-event path
+	buffered map[[2]string]bool // (tenant, intent) with writes not flushed yet
 	inserts  []*Row             // new attempts, final state
-	updates  map[uuid.UUID]*Row // existing attempts changed
+	inserted map[uuid.UUID]bool // the ids of inserts
+	updates  map[uuid.UUID]*Row // existing attempts whose state changed
+	fills    map[uuid.UUID]*Row // existing attempts a late start filled in
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []*Row
 	now      time.Time
-	plan     bool // a planning copy: decides, builds nothing
 }
 
 type bulkAudit struct {
@@ -53,19 +51,14 @@ type bulkAudit struct {
 	note     string
 }
 
-// ErrPlanDiverged means Bulk.Try refused an event of an intent its plan had put on the bulk
-// path; the caller reruns the batch on the per-event path.
-var ErrPlanDiverged = errors.New("attempt: bulk plan diverged")
-
 func groupKey(tenant, intent string, op events.Operation, subject string) string {
 	return tenant + "\x00" + intent + "\x00" + string(op) + "\x00" + subject
 }
 
 // NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts and kept
-// decisions in three statements, and plans which intents go the bulk way. digests[i] is
-// evs[i].Digests() (computed by the caller, which decodes in parallel). Intents in
-// perEvent (e.g. those with a manual decision in the same batch) always take the per-event path.
-func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, digests []events.Digests, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
+// decisions in three statements. Intents in perEvent (e.g. those with a manual decision in the
+// same batch) always take the per-event path.
+func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
 	b, err := t.loadBulk(ctx, evs, transportCodes)
 	if err != nil {
 		return nil, err
@@ -73,44 +66,33 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, digests []events
 	for _, k := range perEvent {
 		b.dirty[k] = true
 	}
-	// Plan on a scratch copy: the same deterministic rules, no effects kept.
-	scratch := &Bulk{t: NewTx(t.tx, t.cfg), codes: b.codes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		pending: b.pending, dirty: map[[2]string]bool{}, updates: map[uuid.UUID]*Row{}, now: b.now, plan: true}
-	copies := map[*Row]*Row{}
-	cp := func(a *Row) *Row {
-		if c, ok := copies[a]; ok {
-			return c
-		}
-		c := *a
-		copies[a] = &c
-		return &c
-	}
-	for k, a := range b.byKey {
-		scratch.byKey[k] = cp(a)
-	}
-	for g, rs := range b.group {
-		for _, a := range rs {
-			scratch.group[g] = append(scratch.group[g], cp(a))
-		}
-	}
-	for k := range b.dirty {
-		scratch.dirty[k] = true
-	}
-	for i, ev := range evs {
-		scratch.Try(ev, digests[i])
-	}
-	b.dirty = scratch.dirty
 	return b, nil
 }
 
-// PerEvent reports whether the intent of ev takes the per-event path in this batch.
-func (b *Bulk) PerEvent(ev events.Attempt) bool {
-	return b.dirty[[2]string{ev.TenantID, ev.BookingIntentID}]
+// Apply applies ev (deduplicated; d = ev.Digests() for a start): buffered in memory when the
+// bulk path can write its step, otherwise — after flushing what the batch buffered for ev's
+// intent — through ApplyEvent, and every later event of the intent too. Effects accumulate in
+// the Tx that made the Bulk. Call Flush after the last event.
+func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) error {
+	ik := [2]string{ev.TenantID, ev.BookingIntentID}
+	if !b.dirty[ik] && b.try(ev, d) {
+		b.buffered[ik] = true
+		return nil
+	}
+	b.dirty[ik] = true
+	if b.buffered[ik] {
+		if err := b.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	_, err := b.t.ApplyEvent(ctx, ev, b.codes)
+	return err
 }
 
 func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes []string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, updates: map[uuid.UUID]*Row{}, now: time.Now()}
+		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, buffered: map[[2]string]bool{},
+		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}}
 	seen := map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
 	for _, ev := range evs {
@@ -158,20 +140,7 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 	return b, nil
 }
 
-// Try applies ev in memory when its intent takes the bulk way and reports whether it did; when
-// it did not, the caller applies ev with ApplyEvent before the next Try.
-func (b *Bulk) Try(ev events.Attempt, d events.Digests) bool {
-	ik := [2]string{ev.TenantID, ev.BookingIntentID}
-	if b.dirty[ik] {
-		return false
-	}
-	if ok := b.try(ev, d); !ok {
-		b.dirty[ik] = true
-		return false
-	}
-	return true
-}
-
+// try applies ev in memory when the bulk path can write its step, and reports whether it did.
 func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	key := [2]string{ev.TenantID, ev.IdempotencyKey}
 	if ev.OperationVersion != 1 || b.pending[key] {
@@ -197,9 +166,14 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		return false // an escalation (no_lookup_capability) needs the per-event path
 	}
 	a := st.Next
+	known := ""
+	if cur != nil {
+		known = cur.ProviderReference // claimed when it was stored
+	}
 	switch v := st.Verdict; {
 	case v.Action == ActionCreate:
 		b.inserts = append(b.inserts, a)
+		b.inserted[a.ID] = true
 		b.byKey[key] = a
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
@@ -207,8 +181,14 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	case v.Action == ActionTransition && cur.Status == StatusInProgress:
 		*cur = *a
 		a = cur
-		if !b.isInsert(cur) {
+		if !b.inserted[cur.ID] {
 			b.updates[cur.ID] = cur
+		}
+	case v.Action == ActionFillRequest:
+		*cur = *a
+		a = cur
+		if !b.inserted[cur.ID] {
+			b.fills[cur.ID] = cur
 		}
 	case v.Action == ActionRepeat:
 		b.t.IdempotentRepeats++
@@ -219,31 +199,24 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	if st.UnknownClass != "" {
 		b.t.UnknownByClass[st.UnknownClass]++
 	}
-	if st.Resolve != nil && !b.plan {
+	if st.Resolve != nil {
 		m, err := b.t.resolvedMessage(a, ev.EventID)
 		if err != nil {
 			return false
 		}
 		b.messages = append(b.messages, m)
 	}
-	if st.Claim && a.ProviderReference != "" {
+	if st.Claim && a.ProviderReference != "" && a.ProviderReference != known {
 		b.claims = append(b.claims, a)
 	}
 	return true
 }
 
-func (b *Bulk) isInsert(a *Row) bool {
-	for _, r := range b.inserts {
-		if r == a {
-			return true
-		}
-	}
-	return false
-}
-
-// Flush writes everything Try applied: attempts inserted and updated, audit rows, outbox rows
-// and provider reference claims, then escalates the claims another attempt already holds.
+// Flush writes everything buffered since the last Flush: attempts inserted and updated, audit
+// rows, outbox rows and provider reference claims, then escalates the claims another attempt
+// already holds.
 func (b *Bulk) Flush(ctx context.Context) error {
+	defer b.reset()
 	tx := b.t.tx
 	if n := len(b.inserts); n > 0 {
 		rows := make([][]any, 0, n)
@@ -280,6 +253,23 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, q("booking_attempt_update_many"), ids, status, source, ref, code, retryable, window, failedAt,
 			timeoutClass, unknownSince, terminalAt, nextCheck); err != nil {
 			return fmt.Errorf("attempt: bulk update %d attempts: %w", n, err)
+		}
+	}
+	if n := len(b.fills); n > 0 {
+		var ids []uuid.UUID
+		var reqs [][]byte
+		var hash, fp, cr, ps, corr, pay, subj, pik []string
+		var started []*time.Time
+		var window []time.Time
+		for _, a := range b.fills {
+			rc := a.recovery
+			ids, reqs, hash, fp = append(ids, a.ID), append(reqs, requestJSON(a.request)), append(hash, a.RequestHash), append(fp, a.Fingerprint)
+			cr, ps, corr, pay = append(cr, rc.ClientReference), append(ps, rc.ProviderSessionID), append(corr, rc.CorrelationID), append(pay, rc.PaymentReference)
+			subj, pik = append(subj, rc.ProviderReference), append(pik, rc.ProviderIdempotencyKey)
+			started, window = append(started, a.StartedAt), append(window, a.WindowStart)
+		}
+		if _, err := tx.Exec(ctx, q("booking_attempt_fill_many"), ids, reqs, hash, fp, cr, ps, corr, pay, subj, pik, started, window); err != nil {
+			return fmt.Errorf("attempt: bulk fill %d attempts: %w", n, err)
 		}
 	}
 	if n := len(b.audits); n > 0 {
@@ -330,6 +320,15 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reset empties the buffers after a Flush; the attempts in memory stay, as stored.
+func (b *Bulk) reset() {
+	b.inserts, b.audits, b.messages, b.claims = nil, nil, nil, nil
+	clear(b.inserted)
+	clear(b.updates)
+	clear(b.fills)
+	clear(b.buffered)
 }
 
 func nz(s string) *string {

@@ -124,3 +124,14 @@ SELECT check_failures FROM booking_attempt WHERE id = $1 AND lease_token = $2 AN
 -- failure, the error, and the retry-at after $3 (the backoff).
 UPDATE booking_attempt SET escalation_failures = escalation_failures + 1,
     escalation_error = $2, escalation_retry_at = now() + $3::interval WHERE id = $1 RETURNING escalation_retry_at;
+
+-- name: booking_attempt_fill_many
+-- The bulk path's late starts (booking_attempt_fill_request, one row per array element).
+UPDATE booking_attempt a SET request = u.request, request_hash = u.hash, fingerprint = nullif(u.fp, ''),
+    client_reference = nullif(u.cr, ''), provider_session_id = nullif(u.ps, ''), correlation_id = nullif(u.corr, ''),
+    payment_reference = nullif(u.pay, ''), subject_provider_reference = nullif(u.subj, ''),
+    provider_idempotency_key = nullif(u.pik, ''), started_at = u.started, window_start = u.win, updated_at = now()
+FROM unnest($1::uuid[], $2::jsonb[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+        $10::text[], $11::timestamptz[], $12::timestamptz[])
+    AS u(id, request, hash, fp, cr, ps, corr, pay, subj, pik, started, win)
+WHERE a.id = u.id;
