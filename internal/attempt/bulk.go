@@ -3,6 +3,7 @@ package attempt
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,7 +42,10 @@ type Bulk struct {
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []*Row
-	now      time.Time
+	// escalations and anomalies are rows for COPY; opened marks (attempt, reason) opened by the batch.
+	escalations, anomalies [][]any
+	opened                 map[[2]string]bool
+	now                    time.Time
 }
 
 type bulkAudit struct {
@@ -92,7 +96,7 @@ func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) e
 func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes []string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
 		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, buffered: map[[2]string]bool{},
-		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}}
+		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, opened: map[[2]string]bool{}}
 	seen := map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
 	for _, ev := range evs {
@@ -162,8 +166,15 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		d = events.Digests{}
 	}
 	st := OnEvent(cur, ev, FactOf(ev, b.codes), d, Env{Now: b.now, FirstCheck: b.t.cfg.FirstCheck, Policy: b.t.cfg.Policies[ev.Provider]})
-	if len(st.Open) > 0 || len(st.Anomalies) > 0 {
-		return false // an escalation (no_lookup_capability) needs the per-event path
+	for _, o := range st.Open {
+		// Escalations the bulk path opens are ones that cannot exist yet: no_lookup_capability
+		// on an attempt just created or leaving IN_PROGRESS, another reason on an attempt with
+		// no escalation but no_lookup_capability (Escalated false). Any other goes per event.
+		fresh := o.Reason == ReasonNoLookupCapability && (cur == nil || cur.Status == StatusInProgress) ||
+			o.Reason != ReasonNoLookupCapability && (cur == nil || !cur.Escalated) && !b.opened[[2]string{keyOf(cur), string(o.Reason)}]
+		if !fresh {
+			return false
+		}
 	}
 	a := st.Next
 	known := ""
@@ -192,6 +203,8 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		}
 	case v.Action == ActionRepeat:
 		b.t.IdempotentRepeats++
+	case v.Action == ActionKeyConflict || v.Action == ActionContradiction || v.Action == ActionAuditOnly && st.Write == WriteNone:
+		// audited (and escalated below); the attempt is not written
 	default:
 		return false
 	}
@@ -209,7 +222,39 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	if st.Claim && a.ProviderReference != "" && a.ProviderReference != known {
 		b.claims = append(b.claims, a)
 	}
+	if st.KeyConflict {
+		b.t.KeyConflicts++
+	}
+	if st.Contradicted {
+		b.t.Contradictions++
+	}
+	for _, an := range st.Anomalies {
+		d, _ := json.Marshal(an.Detail)
+		b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, an.Kind, nz(an.EventID), d})
+	}
+	for _, o := range st.Open {
+		escID := escalationID(a, o.Reason)
+		m, err := b.t.openedMessage(a, escID, o.Reason, o.Detail)
+		if err != nil {
+			return false
+		}
+		b.escalations = append(b.escalations, []any{uuid.MustParse(escID), a.ID, a.TenantID, string(o.Reason), string(EscalationOpen)})
+		b.messages = append(b.messages, m)
+		b.opened[[2]string{keyOf(a), string(o.Reason)}] = true
+		b.t.EscalationsOpened[o.Reason]++
+		if o.Reason != ReasonNoLookupCapability {
+			a.Escalated = true
+		}
+	}
 	return true
+}
+
+// keyOf names an attempt in Bulk.opened ("" for none).
+func keyOf(a *Row) string {
+	if a == nil {
+		return ""
+	}
+	return a.ID.String()
 }
 
 // Flush writes everything buffered since the last Flush: attempts inserted and updated, audit
@@ -282,6 +327,21 @@ func (b *Bulk) Flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: bulk audit: %w", err)
 		}
 	}
+	for _, c := range []struct {
+		table string
+		cols  []string
+		rows  [][]any
+	}{
+		{"anomaly", []string{"tenant_id", "attempt_id", "kind", "event_id", "detail"}, b.anomalies},
+		{"escalation", []string{"escalation_id", "attempt_id", "tenant_id", "reason", "state"}, b.escalations},
+	} {
+		if len(c.rows) == 0 {
+			continue
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{c.table}, c.cols, pgx.CopyFromRows(c.rows)); err != nil {
+			return fmt.Errorf("attempt: bulk %s: %w", c.table, err)
+		}
+	}
 	if err := outbox.InsertMany(ctx, tx, b.messages); err != nil {
 		return err
 	}
@@ -324,7 +384,7 @@ func (b *Bulk) Flush(ctx context.Context) error {
 
 // reset empties the buffers after a Flush; the attempts in memory stay, as stored.
 func (b *Bulk) reset() {
-	b.inserts, b.audits, b.messages, b.claims = nil, nil, nil, nil
+	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies = nil, nil, nil, nil, nil, nil
 	clear(b.inserted)
 	clear(b.updates)
 	clear(b.fills)

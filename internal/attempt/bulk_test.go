@@ -23,17 +23,22 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 	ok := `,"outcome":{"providerReference":"HTL-%s"}`
 	unknown := `,"outcome":{"timeoutClass":"read_timeout"}`
 	failed := `,"outcome":{"failureCode":"SOLD_OUT","retryable":true}`
+	other := `,"request":{"offerVersion":"o2","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`
+	noIdentity := `,"request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`
 	type ev struct{ typ, extra string }
 	// Batches of events per intent (each intent's events keep their order).
 	scripts := map[string][][]ev{
-		"bi_pair":     {{{"attempt.started", start}, {"attempt.succeeded", ok}}},
-		"bi_fail":     {{{"attempt.started", start}, {"attempt.failed", failed}}},
-		"bi_unknown":  {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}},
-		"bi_late":     {{{"attempt.succeeded", ok}, {"attempt.started", start}}},
-		"bi_late2":    {{{"attempt.succeeded", ok}}, {{"attempt.started", start}}},
-		"bi_switch":   {{{"attempt.outcome_unknown", unknown}, {"attempt.started", start}, {"attempt.succeeded", ok}}},
-		"bi_repeat":   {{{"attempt.started", start}, {"attempt.started", start}}},
-		"bi_conflict": {{{"attempt.started", start}, {"attempt.started", `,"request":{"offerVersion":"o2","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`}}},
+		"bi_pair":      {{{"attempt.started", start}, {"attempt.succeeded", ok}}},
+		"bi_fail":      {{{"attempt.started", start}, {"attempt.failed", failed}}},
+		"bi_unknown":   {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}},
+		"bi_late":      {{{"attempt.succeeded", ok}, {"attempt.started", start}}},
+		"bi_late2":     {{{"attempt.succeeded", ok}}, {{"attempt.started", start}}},
+		"bi_switch":    {{{"attempt.outcome_unknown", unknown}, {"attempt.started", start}, {"attempt.succeeded", ok}}},
+		"bi_repeat":    {{{"attempt.started", start}, {"attempt.started", start}}},
+		"bi_contra":    {{{"attempt.started", start}, {"attempt.succeeded", ok}, {"attempt.failed", failed}}, {{"attempt.failed", failed}}},
+		"bi_nolookup":  {{{"attempt.started", noIdentity}, {"attempt.outcome_unknown", unknown}}},
+		"bi_conflict2": {{{"attempt.started", start}}, {{"attempt.started", other}, {"attempt.started", other}}},
+		"bi_conflict":  {{{"attempt.started", start}, {"attempt.started", other}}},
 	}
 	intents := slices.Sorted(func(yield func(string) bool) {
 		for k := range scripts {

@@ -418,7 +418,7 @@ func (t *Tx) Anomaly(ctx context.Context, tenantID string, attemptID *uuid.UUID,
 // outbox row. What an existing one means is EscalationOnOpen's: open, a no-op; closed, a
 // recurrence recorded as an anomaly and counted, not reopened (DESIGN.md "Escalations").
 func (t *Tx) Escalate(ctx context.Context, a *Row, reason Reason, detail string) error {
-	escID := events.OutputID(a.TenantID, a.IdempotencyKey, "escalation:"+string(reason), "")
+	escID := escalationID(a, reason)
 	tag, err := t.tx.Exec(ctx, q("escalation_insert"), escID, a.ID, a.TenantID, string(reason), string(EscalationOpen))
 	if err != nil {
 		return fmt.Errorf("attempt: escalate %s %s: %w", a.IdempotencyKey, reason, err)
@@ -443,6 +443,20 @@ func (t *Tx) Escalate(ctx context.Context, a *Row, reason Reason, detail string)
 			return err
 		}
 	}
+	m, err := t.openedMessage(a, escID, reason, detail)
+	if err != nil {
+		return err
+	}
+	return outbox.Insert(ctx, t.tx, m)
+}
+
+// escalationID is the (attempt, reason) escalation's deterministic id.
+func escalationID(a *Row, reason Reason) string {
+	return events.OutputID(a.TenantID, a.IdempotencyKey, "escalation:"+string(reason), "")
+}
+
+// openedMessage builds escalation.opened for a's escalation escID.
+func (t *Tx) openedMessage(a *Row, escID string, reason Reason, detail string) (outbox.Message, error) {
 	msg := events.EscalationOpened{
 		OutputEnvelope: t.envelope(a, events.EventEscalationOpened, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.opened", escID)),
 		EscalationID:   escID, Reason: string(reason), AttemptStatus: string(a.Status), UnknownSince: a.UnknownSince,
@@ -451,7 +465,7 @@ func (t *Tx) Escalate(ctx context.Context, a *Row, reason Reason, detail string)
 	if a.LastLookupResult != "" {
 		msg.LastLookupResult = &a.LastLookupResult
 	}
-	return t.publish(ctx, cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
+	return t.message(cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
 }
 
 // Escalations returns the escalations of attempt id by reason, as stored.
