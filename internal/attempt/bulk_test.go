@@ -17,6 +17,9 @@ import (
 // or handed to the per-event path mid-batch) stores exactly what ApplyEvent stores event by
 // event: the same attempts, audit trail and outbox records, in the same order per intent.
 func TestBulkEqualsPerEvent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
 	t.Parallel()
 	ctx := context.Background()
 	start := `,"request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}},"recovery":{"clientReference":"cr","correlationId":"c1"}`

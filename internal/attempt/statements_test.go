@@ -12,6 +12,9 @@ import (
 
 // TestStatementsPrepare prepares every statement of sql/*.sql against the migrated schema.
 func TestStatementsPrepare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
 	t.Parallel()
 	pgtest.PrepareStatements(t, attempt.Statements)
 }
@@ -19,6 +22,9 @@ func TestStatementsPrepare(t *testing.T) {
 // TestCheckListsMatchEnums: the migrations' CHECK lists, read from pg_constraint, hold exactly the
 // Go enums the code writes (STYLE.md habit 6), so adding a value on one side only fails here.
 func TestCheckListsMatchEnums(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	str := func(vs ...[]string) []string { return slices.Concat(vs...) }
