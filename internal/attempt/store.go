@@ -629,4 +629,3 @@ func (t *Tx) JudgeGate(ctx context.Context, a *Row, judgeSelf bool) error {
 	}
 	return nil
 }
-
