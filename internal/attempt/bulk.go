@@ -20,10 +20,12 @@ import (
 // decisions set-based (NewBulk), applies the transition function (OnEvent) event by event in
 // batch order to the attempts in memory, and flushes what it buffered with a handful of
 // set-based statements (Flush) instead of a dozen statements per event. It buffers the steps
-// whose effects it can write set-based: creations, IN_PROGRESS → UNKNOWN or terminal, repeats,
-// of a version-1 attempt alone in its (intent, operation, subject), without an escalation, a
-// kept decision, or a new escalation to open. Any other step — key conflicts, contradictions,
-// late starts, retries, settling an UNKNOWN — is written by the per-event path (ApplyEvent),
+// whose effects it can write set-based: creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN →
+// terminal without an open outcome escalation, late starts, repeats, key conflicts,
+// contradictions and stale reports, of a version-1 attempt alone in its (intent, operation,
+// subject), without a kept decision or an escalation other than no_lookup_capability, opening
+// only escalations that cannot exist yet. Any other step — a retry (version ≥ 2), a reference
+// recorded by a repeated outcome_unknown, … — is written by the per-event path (ApplyEvent),
 // and so is every later event of its intent in the batch: Apply first flushes what the batch
 // buffered for that intent, so the per-event path reads what the bulk path decided. The rules
 // and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Storage rules").
@@ -189,7 +191,8 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 		b.t.Created[a.Status]++
-	case v.Action == ActionTransition && cur.Status == StatusInProgress:
+	case v.Action == ActionTransition && (cur.Status == StatusInProgress || cur.Status == StatusUnknown && a.Status.Terminal() && !cur.OutcomeOpen):
+		// From UNKNOWN without an open outcome escalation: the resolution closes none.
 		*cur = *a
 		a = cur
 		if !b.inserted[cur.ID] {
@@ -242,9 +245,8 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		b.messages = append(b.messages, m)
 		b.opened[[2]string{keyOf(a), string(o.Reason)}] = true
 		b.t.EscalationsOpened[o.Reason]++
-		if o.Reason != ReasonNoLookupCapability {
-			a.Escalated = true
-		}
+		a.Escalated = a.Escalated || o.Reason != ReasonNoLookupCapability
+		a.OutcomeOpen = a.OutcomeOpen || o.Reason.Outcome()
 	}
 	return true
 }

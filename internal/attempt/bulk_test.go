@@ -39,7 +39,9 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 		"bi_switch":    {{{"attempt.outcome_unknown", unknown}, {"attempt.started", start}, {"attempt.succeeded", ok}}},
 		"bi_repeat":    {{{"attempt.started", start}, {"attempt.started", start}}},
 		"bi_contra":    {{{"attempt.started", start}, {"attempt.succeeded", ok}, {"attempt.failed", failed}}, {{"attempt.failed", failed}}},
-		"bi_nolookup":  {{{"attempt.started", noIdentity}, {"attempt.outcome_unknown", unknown}}},
+		"bi_nolookup":  {{{"attempt.started", noIdentity}, {"attempt.outcome_unknown", unknown}, {"attempt.succeeded", ok}}},
+		"bi_nolookup2": {{{"attempt.started", noIdentity}, {"attempt.outcome_unknown", unknown}}, {{"attempt.failed", failed}}},
+		"bi_settle":    {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}, {{"attempt.succeeded", ok}}},
 		"bi_conflict2": {{{"attempt.started", start}}, {{"attempt.started", other}, {"attempt.started", other}}},
 		"bi_conflict":  {{{"attempt.started", start}, {"attempt.started", other}}},
 	}

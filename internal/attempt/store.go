@@ -166,6 +166,9 @@ type Row struct {
 	// Escalated: an escalation other than no_lookup_capability exists for the attempt; its
 	// checks continue at the maximum interval (DESIGN.md "Reconciliation").
 	Escalated bool
+	// OutcomeOpen: an outcome escalation (deadline_exceeded, ambiguous_match,
+	// no_lookup_capability) is open; turning terminal closes it.
+	OutcomeOpen bool
 
 	request     *events.Request // set by a start in this transaction only (never read back)
 	recovery    events.Recovery // the recovery identities kept (ClientReference included)
@@ -183,7 +186,7 @@ func scanRow(r pgx.Row) (*Row, error) {
 		&rc.CorrelationID, &rc.PaymentReference, &rc.ProviderReference, &rc.ProviderIdempotencyKey, &a.ProviderReference,
 		&a.FailureCode, &a.Retryable, &a.TimeoutClass, &a.requestSent, &a.StartedAt, &a.FirstEventAt, &a.WindowStart,
 		&a.FailedFactAt, &a.CreatedAt, &a.UnknownSince, &a.TerminalAt, &a.NextCheckAt, &a.CheckCount, &a.LastLookupResult,
-		&a.BlindRetry, &a.GateJudged, &a.Token, &a.Escalated)
+		&a.BlindRetry, &a.GateJudged, &a.Token, &a.Escalated, &a.OutcomeOpen)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 -- +goose Up
 -- booking_attempt_row: an attempt as internal/attempt's Row reads it — text columns with NULL as
 -- '', and `escalated` (an escalation other than no_lookup_capability exists: its checks go on at
--- the maximum interval, DESIGN.md "Reconciliation"). One column list for every statement that
+-- the maximum interval, DESIGN.md "Reconciliation"), and `outcome_open` (an outcome escalation
+-- is open: turning terminal closes it). One column list for every statement that
 -- reads whole attempts (internal/attempt/sql/booking_attempt.sql); SELECT … FOR UPDATE on the
 -- view locks the booking_attempt rows.
 CREATE VIEW booking_attempt_row AS
@@ -15,7 +16,9 @@ SELECT id, tenant_id, booking_intent_id, operation, subject, operation_version, 
     coalesce(retryable, false) AS retryable, coalesce(timeout_class, '') AS timeout_class, request_sent,
     started_at, first_event_at, window_start, failed_fact_at, created_at, unknown_since, terminal_at, next_check_at,
     check_count, coalesce(last_lookup_result, '') AS last_lookup_result, blind_retry, gate_judged, lease_token,
-    EXISTS (SELECT 1 FROM escalation e WHERE e.attempt_id = booking_attempt.id AND e.reason <> 'no_lookup_capability') AS escalated
+    EXISTS (SELECT 1 FROM escalation e WHERE e.attempt_id = booking_attempt.id AND e.reason <> 'no_lookup_capability') AS escalated,
+    EXISTS (SELECT 1 FROM escalation e WHERE e.attempt_id = booking_attempt.id AND e.state = 'open'
+        AND e.reason IN ('deadline_exceeded', 'ambiguous_match', 'no_lookup_capability')) AS outcome_open
 FROM booking_attempt;
 
 -- +goose Down

@@ -71,12 +71,13 @@ UPDATE booking_attempt SET blind_retry = true WHERE id = $1;
 UPDATE booking_attempt SET deadline_done = true WHERE id = $1;
 
 -- name: booking_attempt_update_many
--- The bulk path's changed attempts, state decided in Go, one row per array element.
+-- The bulk path's changed attempts, state decided in Go, one row per array element; the lease
+-- is released (booking_attempt_write_state).
 UPDATE booking_attempt a SET status = u.status, resolution_source = nullif(u.source, ''),
     provider_reference = nullif(u.ref, ''), failure_code = nullif(u.code, ''), retryable = u.retryable,
     timeout_class = nullif(u.tc, ''), window_start = u.win, failed_fact_at = u.failed_at,
     unknown_since = u.unknown_since, terminal_at = u.terminal_at, next_check_at = u.next_check,
-    updated_at = now()
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::timestamptz[],
         $8::timestamptz[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[])
     AS u(id, status, source, ref, code, retryable, win, failed_at, tc, unknown_since, terminal_at, next_check)
