@@ -343,13 +343,13 @@ func TestEscalationLifecycle(t *testing.T) {
 		}
 	}
 	// Every cause that turns an attempt terminal resolves it, which closes its outcome escalations.
-	for name, s := range map[string]Step{
-		"event":    OnEvent(row(StatusUnknown), succeeded, FactOf(succeeded, nil), events.Digests{}, testEnv),
-		"lookup":   OnSettle(row(StatusUnknown), Settlement{Status: StatusFailed, Source: SourceAuthoritativeNotFound, Cause: "lookup"}, testEnv),
-		"decision": OnDecision(row(StatusUnknown), decision("FAILED", "", ""), testEnv),
+	for closedBy, s := range map[string]Step{
+		CauseEvent:  OnEvent(row(StatusUnknown), succeeded, FactOf(succeeded, nil), events.Digests{}, testEnv),
+		CauseLookup: OnSettle(row(StatusUnknown), Settlement{Status: StatusFailed, Source: SourceAuthoritativeNotFound, Cause: CauseLookup}, testEnv),
+		CauseManual: OnDecision(row(StatusUnknown), decision("FAILED", "", ""), testEnv),
 	} {
-		if s.Resolve == nil || s.Resolve.ClosedBy != name && !(name == "decision" && s.Resolve.ClosedBy == "manual") {
-			t.Errorf("%s: resolve %+v", name, s.Resolve)
+		if s.Resolve == nil || s.Resolve.ClosedBy != closedBy {
+			t.Errorf("%s: resolve %+v", closedBy, s.Resolve)
 		}
 	}
 	// Provider reference claims.

@@ -199,10 +199,10 @@ func OnEvent(cur *Row, ev events.Attempt, f Fact, d events.Digests, env Env) Ste
 		}
 		a.WindowStart = later(occ, now)
 		a.FailedFactAt, a.TerminalAt, a.NextCheckAt = nil, nil, nil
-		switch {
-		case v.Status == StatusUnknown:
+		switch v.Status {
+		case StatusUnknown:
 			a.UnknownSince, a.NextCheckAt = &now, ptr(now.Add(env.firstCheck()))
-		case v.Status == StatusFailed:
+		case StatusFailed:
 			a.FailedFactAt, a.TerminalAt = &occ, &now
 		default:
 			a.TerminalAt = &now
