@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bookrecon/bookrecon/internal/loadgen"
 )
 
 // BenchmarkIngestBreakdown is where the time and the WAL of the ingester's PostgreSQL work go,
@@ -21,19 +24,27 @@ import (
 // grouped by verb and table, and the run's WAL by relation and record type (walMeter).
 //
 //	go test -run='^$' -bench=IngestBreakdown -benchtime=1x ./internal/bench/
+//
+// BOOKRECON_BENCH_EVENTS sets the records per mix (default 200,000), BOOKRECON_BENCH_MIX=happy
+// or =realistic runs one mix alone.
 func BenchmarkIngestBreakdown(b *testing.B) {
 	total := ingestEnvInt("BOOKRECON_BENCH_EVENTS", 200000)
 	ctx := context.Background()
+	only := os.Getenv("BOOKRECON_BENCH_MIX") // "happy" or "realistic": that mix alone
 	for _, mix := range []struct {
 		name string
-		w    ingestWorkload
-	}{{"happy mix", newWorkload(b, total, happyMix)}, {"realistic mix", newWorkload(b, total, realisticMix)}} {
+		mix  loadgen.Mix
+	}{{"happy", happyMix}, {"realistic", realisticMix}} {
+		if only != "" && only != mix.name {
+			continue
+		}
+		w := newWorkload(b, total, mix.mix)
 		for range b.N {
-			tr := &stmtTracer{byKind: map[string]*stmtStat{}}
-			r := ingestApplier(b, ctx, mix.w.gen, len(mix.w.gen.Records), 4000, false, tr)
+			tr := &stmtTracer{byKind: map[string]*stmtStat{}, bySQL: map[string]*stmtStat{}}
+			r := ingestApplier(b, ctx, w.gen, len(w.gen.Records), 4000, false, tr)
 			wall := float64(r.events) / r.perSec // seconds of the timed apply
-			fmt.Printf("\ningest breakdown, %s: %d records, %d unique events, ingest.Applier 4,000/tx: %.0f events/s, %s\n",
-				mix.name, len(mix.w.gen.Records), r.events, r.perSec, r.wal.perEvent(r.events))
+			fmt.Printf("\ningest breakdown, %s mix: %d records, %d unique events, ingest.Applier 4,000/tx: %.0f events/s, %s\n",
+				mix.name, len(w.gen.Records), r.events, r.perSec, r.wal.perEvent(r.events))
 			fmt.Print(tr.table(r.events, wall))
 			fmt.Print(r.wal.table(r.events))
 		}
@@ -44,6 +55,7 @@ func BenchmarkIngestBreakdown(b *testing.B) {
 type stmtTracer struct {
 	mu     sync.Mutex
 	byKind map[string]*stmtStat
+	bySQL  map[string]*stmtStat // the same by statement text (whitespace collapsed)
 }
 
 type stmtStat struct {
@@ -54,12 +66,12 @@ type stmtStat struct {
 type stmtTraceKey struct{}
 
 type stmtTraceStart struct {
-	kind string
-	at   time.Time
+	kind, sql string
+	at        time.Time
 }
 
 func (t *stmtTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	return context.WithValue(ctx, stmtTraceKey{}, stmtTraceStart{stmtKind(d.SQL), time.Now()})
+	return context.WithValue(ctx, stmtTraceKey{}, stmtTraceStart{stmtKind(d.SQL), d.SQL, time.Now()})
 }
 
 func (t *stmtTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
@@ -67,7 +79,8 @@ func (t *stmtTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 }
 
 func (t *stmtTracer) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceCopyFromStartData) context.Context {
-	return context.WithValue(ctx, stmtTraceKey{}, stmtTraceStart{"copy " + strings.Join(d.TableName, "."), time.Now()})
+	k := "copy " + strings.Join(d.TableName, ".")
+	return context.WithValue(ctx, stmtTraceKey{}, stmtTraceStart{k, k, time.Now()})
 }
 
 func (t *stmtTracer) TraceCopyFromEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromEndData) {
@@ -82,13 +95,18 @@ func (t *stmtTracer) end(ctx context.Context) {
 	d := time.Since(s.at)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := t.byKind[s.kind]
-	if st == nil {
-		st = &stmtStat{}
-		t.byKind[s.kind] = st
+	for _, k := range []struct {
+		m map[string]*stmtStat
+		k string
+	}{{t.byKind, s.kind}, {t.bySQL, s.sql}} {
+		st := k.m[k.k]
+		if st == nil {
+			st = &stmtStat{}
+			k.m[k.k] = st
+		}
+		st.n++
+		st.d += d
 	}
-	st.n++
-	st.d += d
 }
 
 var (
@@ -144,6 +162,20 @@ func (t *stmtTracer) table(events int, wall float64) string {
 		s := t.byKind[k]
 		ms := float64(s.d.Microseconds()) / 1000
 		fmt.Fprintf(&sb, "      %-36s %10.1f %10.2f %7.1f%%\n", k, float64(s.n)*per, ms*per, ms/(wall*1000)*100)
+	}
+	sqls := make([]string, 0, len(t.bySQL))
+	for q := range t.bySQL {
+		sqls = append(sqls, q)
+	}
+	slices.SortFunc(sqls, func(a, b string) int { return cmp.Or(cmp.Compare(t.bySQL[b].d, t.bySQL[a].d), strings.Compare(a, b)) })
+	fmt.Fprintf(&sb, "      the 5 statements taking the most time (n/1k ev, ms/1k ev, mean µs):\n")
+	for _, q := range sqls[:min(5, len(sqls))] {
+		s := t.bySQL[q]
+		text := strings.TrimSpace(stmtSpace.ReplaceAllString(q, " "))
+		if len(text) > 180 {
+			text = text[:60] + " … " + text[len(text)-120:]
+		}
+		fmt.Fprintf(&sb, "        %7.1f %8.2f %7.0f  %s\n", float64(s.n)*per, float64(s.d.Microseconds())/1000*per, float64(s.d.Microseconds())/float64(s.n), text)
 	}
 	return sb.String()
 }

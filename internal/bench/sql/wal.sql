@@ -10,8 +10,9 @@ SELECT pg_create_physical_replication_slot($1, true, true);
 CREATE EXTENSION IF NOT EXISTS pg_walinspect;
 
 -- name: wal_position
--- pg_stat_wal's wal_bytes is cluster-wide: every database's writes are in it.
-SELECT w.wal_bytes::bigint, pg_current_wal_lsn()::text, d.oid::bigint
+-- pg_stat_wal's wal_bytes is cluster-wide: every database's writes are in it. The position is
+-- the flushed one: pg_walinspect reads no further.
+SELECT w.wal_bytes::bigint, pg_current_wal_flush_lsn()::text, d.oid::bigint
 FROM pg_stat_wal w, pg_database d WHERE d.datname = current_database();
 
 -- name: wal_backends_count
