@@ -41,10 +41,11 @@ func BenchmarkIngestBreakdown(b *testing.B) {
 		w := newWorkload(b, total, mix.mix)
 		for range b.N {
 			tr := &stmtTracer{byKind: map[string]*stmtStat{}, bySQL: map[string]*stmtStat{}}
+			load := loadAverage()
 			r := ingestApplier(b, ctx, w.gen, len(w.gen.Records), 4000, false, tr)
 			wall := float64(r.events) / r.perSec // seconds of the timed apply
-			fmt.Printf("\ningest breakdown, %s mix: %d records, %d unique events, ingest.Applier 4,000/tx: %.0f events/s, %s\n",
-				mix.name, len(w.gen.Records), r.events, r.perSec, r.wal.perEvent(r.events))
+			fmt.Printf("\ningest breakdown, %s mix: %d records, %d unique events, ingest.Applier 4,000/tx: %.0f events/s, %s; load average %s → %s\n",
+				mix.name, len(w.gen.Records), r.events, r.perSec, r.wal.perEvent(r.events), load, loadAverage())
 			fmt.Print(tr.table(r.events, wall))
 			fmt.Print(r.wal.table(r.events))
 		}

@@ -102,6 +102,7 @@ func BenchmarkIngest(b *testing.B) {
 	realistic := newWorkload(b, total, realisticMix)
 	ctx := context.Background()
 	for range b.N {
+		load := loadAverage()
 		ceiling := ingestApplier(b, ctx, happy.gen, len(happy.gen.Records), 4000, false, nil)
 		// One transaction per event, the faster of the two ways the ingester's code can do it.
 		baseline := max(ingestApplier(b, ctx, happy.gen, min(baseN, len(happy.gen.Records)), 1, false, nil).perSec,
@@ -119,6 +120,7 @@ func BenchmarkIngest(b *testing.B) {
 		fmt.Printf("\ningest: happy mix %d records (%d unique, %d redeliveries); realistic mix %d records (%d unique, %d redeliveries)\n",
 			len(happy.gen.Records), happy.gen.UniqueEvents, len(happy.gen.Records)-happy.gen.UniqueEvents,
 			len(realistic.gen.Records), realistic.gen.UniqueEvents, len(realistic.gen.Records)-realistic.gen.UniqueEvents)
+		fmt.Printf("  machine load (1-minute load average, 2 cores) %s at the start, %s at the end: every line shares the cores with what else runs\n", load, loadAverage())
 		fmt.Printf("  WAL per unique event: pg_stat_wal wal_bytes delta around the line (cluster-wide: other databases' writes meanwhile are in it),\n")
 		fmt.Printf("  and in parentheses this database's own records (pg_walinspect)\n")
 		fmt.Printf("  end to end, happy mix (real broker → ingester binary → PostgreSQL)     %8.0f events/s  %s   peak RSS %d MiB, start-up %.1f s\n",
@@ -436,3 +438,12 @@ func vmHWM(pid int) int64 {
 }
 
 func benchAdminAddr() string { return cmp.Or(os.Getenv("BOOKRECON_BENCH_ADMIN_ADDR"), "127.0.0.1:0") }
+
+// loadAverage is the machine's 1-minute load average (/proc/loadavg), "?" where unreadable.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
