@@ -198,7 +198,7 @@ func ingestApplier(b *testing.B, ctx context.Context, gen loadgen.Output, n, siz
 // so its sessions report their WAL, and stops the meter.
 func finishRun(b *testing.B, ctx context.Context, pool *pgxpool.Pool, w *walMeter, el time.Duration) benchRun {
 	var unique int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_event`).Scan(&unique); err != nil {
+	if err := pool.QueryRow(ctx, stmts.SQL("processed_event_count")).Scan(&unique); err != nil {
 		b.Fatal(err)
 	}
 	pool.Close()
@@ -239,8 +239,7 @@ func ingestBareCeiling(b *testing.B, ctx context.Context, evs []events.Attempt, 
 			for i, e := range batch {
 				t, id, h, day = append(t, e.TenantID), append(id, e.EventID), append(h, hashes[lo+i]), append(day, processedevent.Day(e.OccurredAt))
 			}
-			rows, err := tx.Query(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
-				SELECT 'ceiling', * FROM unnest($1::text[], $2::text[], $3::date[], $4::text[]) ON CONFLICT DO NOTHING RETURNING event_id`, t, id, day, h)
+			rows, err := tx.Query(ctx, stmts.SQL("processed_event_insert_bare_batch"), t, id, day, h)
 			if err != nil {
 				return err
 			}
@@ -268,13 +267,10 @@ func ingestBareCeiling(b *testing.B, ctx context.Context, evs []events.Attempt, 
 				last[k] = len(key)
 				t, intent, key, status = append(t, e.TenantID), append(intent, e.BookingIntentID), append(key, e.IdempotencyKey), append(status, st)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO booking_intent SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`, t, intent); err != nil {
+			if _, err := tx.Exec(ctx, stmts.SQL("booking_intent_insert_bare_batch"), t, intent); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
-					idempotency_key, provider, status, first_event_at, window_start)
-				SELECT gen_random_uuid(), t, i, 'BOOK', i, 1, k, 'sim-hotels', s, now(), now() FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(t, i, k, s)
-				ON CONFLICT (tenant_id, idempotency_key) DO UPDATE SET status = excluded.status, updated_at = now()`, t, intent, key, status)
+			_, err = tx.Exec(ctx, stmts.SQL("booking_attempt_upsert_bare_batch"), t, intent, key, status)
 			return err
 		})
 		if err != nil {
@@ -302,19 +298,15 @@ func ingestBareBaseline(b *testing.B, ctx context.Context, evs []events.Attempt,
 	start := time.Now()
 	for i, e := range evs {
 		err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
-				VALUES ('baseline', $1, $2, $3, $4) ON CONFLICT DO NOTHING`, e.TenantID, e.EventID, processedevent.Day(e.OccurredAt), hashes[i])
+			tag, err := tx.Exec(ctx, stmts.SQL("processed_event_insert_bare_one"), e.TenantID, e.EventID, processedevent.Day(e.OccurredAt), hashes[i])
 			if err != nil || tag.RowsAffected() == 0 {
 				return err
 			}
 			st := bareStatus(e)
-			if _, err := tx.Exec(ctx, `INSERT INTO booking_intent VALUES ($1, $2) ON CONFLICT DO NOTHING`, e.TenantID, e.BookingIntentID); err != nil {
+			if _, err := tx.Exec(ctx, stmts.SQL("booking_intent_insert_bare_one"), e.TenantID, e.BookingIntentID); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
-					idempotency_key, provider, status, first_event_at, window_start)
-				VALUES (gen_random_uuid(), $1, $2, 'BOOK', $2, 1, $3, 'sim-hotels', $4, now(), now())
-				ON CONFLICT (tenant_id, idempotency_key) DO UPDATE SET status = excluded.status, updated_at = now()`, e.TenantID, e.BookingIntentID, e.IdempotencyKey, st)
+			_, err = tx.Exec(ctx, stmts.SQL("booking_attempt_upsert_bare_one"), e.TenantID, e.BookingIntentID, e.IdempotencyKey, st)
 			return err
 		})
 		if err != nil {
@@ -390,7 +382,7 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output) (benc
 	var atFirst int
 	for {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_event`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, stmts.SQL("processed_event_count")).Scan(&n); err != nil {
 			b.Fatal(err)
 		}
 		peak = max(peak, vmHWM(cmd.Process.Pid))
