@@ -21,29 +21,46 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
+// stmts are the bench's named statements (sql/*.sql), prepared by TestStatementsPrepare.
 var stmts = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
 
 // TestStatementsPrepare prepares every statement of sql/*.sql on a migrated database with
 // pg_walinspect created (what walMeter does), so a typo fails here rather than in a long
-// benchmark. It is pgtest.PrepareStatements plus the extension the meter's query needs.
+// benchmark. It is pgtest.PrepareStatements on the admin connection the meter uses: creating
+// the extension needs it.
 func TestStatementsPrepare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
 	}
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(t.Context(), stmts.SQL("wal_extension_create")); err != nil {
+	conn := adminConn(t, t.Context(), pgtest.NewURL(t))
+	defer conn.Close(t.Context())
+	if _, err := conn.Exec(t.Context(), stmts.SQL("wal_extension_create")); err != nil {
 		t.Skipf("pg_walinspect cannot be created here (the meter then reports pg_stat_wal alone): %v", err)
 	}
-	conn, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
 	for _, name := range stmts.Names() {
-		if _, err := conn.Conn().Prepare(t.Context(), name, stmts.SQL(name)); err != nil {
+		if _, err := conn.Prepare(t.Context(), name, stmts.SQL(name)); err != nil {
 			t.Errorf("statement %s does not prepare: %v", name, err)
 		}
 	}
+}
+
+// adminConn connects to the database of dbURL as the server's admin user (pgtest.URL: test
+// databases belong to an unprivileged role).
+func adminConn(t testing.TB, ctx context.Context, dbURL string) *pgx.Conn {
+	db, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := url.Parse(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Path = db.Path
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 // walMeter measures the WAL a run writes to one database, two ways:
@@ -79,23 +96,10 @@ type walRecord struct {
 	fpi              int64
 }
 
-// startWAL opens the meter's connection to the database of dbURL, as the server's admin user
-// (pgtest.URL: test databases belong to an unprivileged role), and takes the start position.
-// Close it with stop.
+// startWAL opens the meter's connection to the database of dbURL (adminConn) and takes the
+// start position. Close it with stop.
 func startWAL(b testing.TB, ctx context.Context, dbURL string) *walMeter {
-	db, err := url.Parse(dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	admin, err := url.Parse(pgtest.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	admin.Path = db.Path
-	conn, err := pgx.Connect(ctx, admin.String())
-	if err != nil {
-		b.Fatal(err)
-	}
+	conn := adminConn(b, ctx, dbURL)
 	w := &walMeter{conn: conn}
 	if _, err := conn.Exec(ctx, stmts.SQL("wal_extension_create")); err != nil {
 		w.inspect = "pg_walinspect unavailable: " + err.Error()
