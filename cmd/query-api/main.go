@@ -14,7 +14,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/service"
-	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -27,16 +26,14 @@ type cli struct {
 	QueryTimeout time.Duration `env:"BOOKRECON_QUERY_TIMEOUT" default:"5s" help:"Bound on one request's database work."`
 }
 
-// needs are what the API holds at once: a request's connection and the readiness check's.
-var needs = service.Needs{{What: "a request", Conns: 1}, service.ReadinessNeed}
-
-func (c cli) pool() service.PoolConfig {
-	return service.PoolConfig{Name: "query-api", URL: c.DatabaseURL, Pooler: postgres.Pooler(c.Pooler), MaxConns: c.MaxDBConns, Needs: needs}
+func (c cli) config() query.Config {
+	return query.Config{Infra: service.Infra{DatabaseURL: c.DatabaseURL, Pooler: postgres.Pooler(c.Pooler), MaxDBConns: c.MaxDBConns},
+		Addr: c.Addr, QueryTimeout: c.QueryTimeout}
 }
 
 // Validate refuses a pool the API cannot run on when the command line is parsed (a usage
 // error: exit 80).
-func (c cli) Validate() error { return c.pool().Validate() }
+func (c cli) Validate() error { return c.config().PoolConfig().Validate() }
 
 func main() {
 	var c cli
@@ -45,18 +42,13 @@ func main() {
 	service.Main("query-api", func(ctx context.Context, log *slog.Logger) error { return run(ctx, c, log, nil) })
 }
 
-// run loads the capability map, opens the pool (waiting for PostgreSQL like every service; no
-// migration: the API only reads) and serves until ctx ends; the pool closes last.
+// run loads the capability map and runs the API (query.Run) until ctx ends.
 func run(ctx context.Context, c cli, log *slog.Logger, started func(addr string)) error {
 	m, err := providers.LoadMap(string(c.Providers))
 	if err != nil {
 		return err
 	}
-	pool, err := service.OpenPool(ctx, log, c.pool())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return query.Run(ctx, query.Config{Addr: c.Addr, Providers: m, QueryTimeout: c.QueryTimeout}, pool, log,
-		telemetry.NewRegistry(), started)
+	cfg := c.config()
+	cfg.Providers = m
+	return query.Run(ctx, cfg, query.Deps{Logger: log, AdminStarted: started})
 }

@@ -59,12 +59,13 @@ func TestFlagsRefuseSmallPool(t *testing.T) {
 // an orchestrator would.
 func TestRun(t *testing.T) {
 	t.Parallel()
+	dbURL := pgtest.NewURL(t) // on the test's goroutine: it may skip or fail t
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Go(func() {
-		runErr = run(ctx, cli{DatabaseURL: pgtest.NewURL(t), Providers: mapPath, Addr: "127.0.0.1:0", MaxDBConns: 2},
+		runErr = run(ctx, cli{DatabaseURL: dbURL, Providers: mapPath, Addr: "127.0.0.1:0", MaxDBConns: 2},
 			slog.New(slog.DiscardHandler), func(a string) { addrc <- a })
 		if runErr != nil {
 			addrc <- ""

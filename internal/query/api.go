@@ -15,11 +15,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
 // Config configures the query API.
 type Config struct {
+	// Infra is where the API finds its database: of it Run reads DatabaseURL (required),
+	// Pooler and MaxDBConns (default 10; below Needs().Min() Run refuses to start). The API only
+	// reads: it neither migrates nor relays, so it has no brokers, and it serves /metrics,
+	// /livez and /readyz on Addr beside the API, not on an admin address of its own.
+	service.Infra
 	// Addr is where Run listens for the API, /metrics, /livez and /readyz (default
 	// 127.0.0.1:8080).
 	Addr string
@@ -174,11 +180,41 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 	return code
 }
 
-// Run serves the API with /metrics (reg), /livez and /readyz (the database answers and holds
+// Deps are the API's injected dependencies, those of every service; AdminStarted receives the
+// API's bound address (which serves /metrics too).
+type Deps = service.Deps
+
+// Needs are what the API holds at once: a request's connection and the readiness check's.
+func Needs() service.Needs {
+	return service.Needs{{What: "a request", Conns: 1}, service.ReadinessNeed}
+}
+
+// spec is how service.Run runs the API: a pool, no migration, no Kafka, no admin listener.
+func (c Config) spec() service.Spec {
+	infra := c.Infra
+	infra.AdminAddr = "-" // the API's own listener serves /metrics, /livez, /readyz
+	return service.Spec{Name: "query-api", Infra: infra, Needs: Needs(), DefaultConns: 10}
+}
+
+// PoolConfig is the pool Run opens for c; Run refuses to start when its Validate fails.
+func (c Config) PoolConfig() service.PoolConfig { return c.spec().PoolConfig() }
+
+// Run opens the pool (waiting for PostgreSQL like every service; no migration) and serves the
+// API until ctx ends (serve); the pool closes last.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return service.RunLoop(ctx, cfg.spec(), deps, func(ctx context.Context, rt *service.Runtime) error {
+		return serve(ctx, cfg, rt.Pool, rt.Logger, rt.Registry, deps.AdminStarted)
+	})
+}
+
+// serve serves the API with /metrics (reg), /livez and /readyz (the database answers and holds
 // the schema) on cfg.Addr until ctx ends, then shuts down within 5 s. started, when set, gets
 // the bound address (useful with ":0").
-func Run(ctx context.Context, cfg Config, db DB, logger *slog.Logger, reg *prometheus.Registry, started func(addr string)) error {
-	cfg = cfg.withDefaults()
+func serve(ctx context.Context, cfg Config, db DB, logger *slog.Logger, reg *prometheus.Registry, started func(addr string)) error {
 	api, err := New(cfg, db, logger, reg)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/internal/service"
 )
 
 // TestRetryGate asks the gate about every case of DESIGN.md "Safe retry gate and blind retries",
@@ -522,7 +523,8 @@ func TestJudgeIsPure(t *testing.T) {
 	}
 }
 
-// TestRun serves the API with its admin endpoints on a real listener and stops it.
+// TestRun serves the API with its admin endpoints on a real listener, on a pool of its own, and
+// stops it.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -532,8 +534,8 @@ func TestRun(t *testing.T) {
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Go(func() {
-		runErr = query.Run(ctx, query.Config{Addr: "127.0.0.1:0", Providers: b.caps}, b.pool, slog.New(slog.DiscardHandler), reg,
-			func(a string) { addrc <- a })
+		runErr = query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: b.pool.Config().ConnString()}, Addr: "127.0.0.1:0", Providers: b.caps},
+			query.Deps{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminStarted: func(a string) { addrc <- a }})
 	})
 	addr := <-addrc
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}

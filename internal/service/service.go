@@ -1,7 +1,10 @@
 // Package service holds what the service binaries share: Main (logger, signals, exit status),
-// OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a direct session),
-// and for the reconciler and escalator Run — the pool, the admin server, the outbox relay and
-// two-phase shutdown around their loop.
+// ParseFlags, OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a
+// direct session) and Run, the one runner every service's Run(ctx, cfg, deps) goes through — the
+// admin listener, the pool, the Kafka client, the outbox relay and two-phase shutdown around the
+// service's own loop (run.go). It links no Kafka client, so the query API, which only reads,
+// links none either: the part that publishes a service's outbox rows comes from relay.ForService
+// (Spec.Publish), and the ingester, whose relay shares its consumer's client, starts its own.
 package service
 
 import (
@@ -14,108 +17,16 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/kafka"
-	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/migrations"
 )
-
-// Config is the shared part of a service's configuration.
-type Config struct {
-	Name        string
-	DatabaseURL string
-	// MigrateDatabaseURL is a direct session to the same database, used only by the migrations
-	// ("": DatabaseURL; required behind a transaction pooler, see PoolConfig).
-	MigrateDatabaseURL string
-	Pooler             postgres.Pooler // what DatabaseURL reaches ("": none)
-	Brokers            []string
-	AdminAddr          string
-	// AdminStarted, when set, receives the admin server's bound address.
-	AdminStarted func(addr string)
-	// MaxDBConns bounds the pool (default DefaultRunConns; below RunNeeds().Min() Run refuses
-	// to start).
-	MaxDBConns int32
-	// OutputTopics are the topics the service's relay publishes to (its metric series are
-	// pre-created).
-	OutputTopics []string
-}
-
-// DefaultRunConns is the pool of a service Run starts when Config.MaxDBConns is 0.
-const DefaultRunConns = 4
-
-// RunNeeds are the parts of a service Run starts that hold a database connection at the same
-// time: its loop, the outbox relay and the readiness check.
-func RunNeeds() Needs {
-	return Needs{{What: "its loop", Conns: 1}, RelayNeed, ReadinessNeed}
-}
-
-// PoolConfig is the pool Run opens for cfg.
-func (cfg Config) PoolConfig() PoolConfig {
-	return PoolConfig{Name: cfg.Name, URL: cfg.DatabaseURL, MigrateURL: cfg.MigrateDatabaseURL, Pooler: cfg.Pooler,
-		MaxConns: cmp.Or(cfg.MaxDBConns, DefaultRunConns), Needs: RunNeeds(), Migrate: true}
-}
-
-// Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
-// until ctx ends, then stops the relay, closes the Kafka client and the pool last. A pool
-// smaller than RunNeeds, or a transaction pooler without a direct URL to migrate over, is a
-// configuration error (postgres.ErrConfig), returned at once. /readyz is
-// ready while no outbox topic is paused, a broker answered within kafka.AnsweredWithin
-// (kafka.BrokerWatch) and PostgreSQL answers.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
-	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
-	admin, err := telemetry.Listen(cfg.AdminAddr)
-	if err != nil {
-		return err
-	}
-	defer admin.Close() // closed by the admin server too; a second Close is harmless
-	pool, err := OpenPool(ctx, log, cfg.PoolConfig())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	cl, err := kgo.NewClient(kafka.Options(cfg.Brokers, log, reg, cfg.Name)...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stop()
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Metrics: outbox.NewRelayMetrics(reg, cfg.OutputTopics),
-		Config: outbox.RelayConfig{Holder: cfg.Name + "-" + uuid.NewString()}}
-	wg.Go(func() { _ = relay.Run(bg) })
-	brokers := kafka.NewBrokerWatch(cl)
-	wg.Go(func() { brokers.Run(bg) })
-	wg.Go(func() {
-		// Ready only while it can publish: a broker answered lately, whether or not this
-		// service's relay holds the lease now.
-		ready := func(ctx context.Context) error {
-			if err := relay.Ready(); err != nil {
-				return err
-			}
-			if err := brokers.Ready(); err != nil {
-				return err
-			}
-			return pool.Ping(ctx)
-		}
-		if err := telemetry.ServeListener(bg, admin, reg, ready, log, cfg.AdminStarted); err != nil {
-			log.Error("admin server", "err", err)
-		}
-	})
-	return loop(ctx, pool)
-}
 
 // Need is one part of a service that holds database connections while the others run.
 type Need struct {
