@@ -156,10 +156,10 @@ func Decide(cur *Current, ev events.Attempt, f Fact, hash string) Verdict {
 	}
 	switch f.Type {
 	case events.EventStarted:
-		switch {
-		case cur.RequestHash == "":
+		switch cur.RequestHash {
+		case "":
 			return Verdict{Action: ActionFillRequest, Status: cur.Status, Note: "late start fills in the request"}
-		case cur.RequestHash == hash:
+		case hash:
 			return Verdict{Action: ActionRepeat, Status: cur.Status, Note: "same request hash"}
 		default:
 			return Verdict{Action: ActionKeyConflict, Status: cur.Status, Note: "request hash differs"}
