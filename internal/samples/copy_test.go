@@ -20,8 +20,7 @@ func TestCopyMatchesShared(t *testing.T) {
 	shared := filepath.Join(own, "..", "..", "shared", "samples")
 	want, err := os.ReadDir(shared)
 	if os.IsNotExist(err) {
-		t.Logf("%s is not beside the repository: nothing to compare the copy with", shared)
-		return
+		t.Skipf("%s is not beside the repository: nothing to compare the copy with (CI has it beside)", shared)
 	}
 	if err != nil {
 		t.Fatal(err)
