@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,17 +13,27 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/auth"
+	"github.com/bookrecon/bookrecon/internal/problem"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
 // Config configures the query API.
 type Config struct {
-	// Addr is where Run listens for the API, /metrics, /livez and /readyz (default
-	// 127.0.0.1:8080).
+	// Addr is where Run listens for the API (default 127.0.0.1:8080).
 	Addr string
+	// AdminAddr is where Run serves /metrics, /livez, /readyz and pprof, unauthenticated
+	// (default 127.0.0.1:9104); never the API's address (DESIGN.md Part 2, "Authentication and
+	// tenant isolation").
+	AdminAddr string
+	// AdminStarted, when set, receives the admin server's bound address.
+	AdminStarted func(addr string)
+	// Tokens authenticate every /v1 request (required); each route needs attempts:read and
+	// the token's tenant. Run re-reads them on SIGHUP and on change (auth.Tokens.Watch).
+	Tokens *auth.Tokens
 	// Providers is the capability map (required): maxVersions per provider.
 	Providers *providers.Map
 	// Now is the gate's clock: the start of the version being asked about (default time.Now).
@@ -33,6 +44,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Addr = cmp.Or(c.Addr, "127.0.0.1:8080")
+	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9104")
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 5*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -45,6 +57,9 @@ func (c Config) validate() error {
 	if c.Providers == nil {
 		errs = append(errs, errors.New("query: Config.Providers is required"))
 	}
+	if c.Tokens == nil {
+		errs = append(errs, errors.New("query: Config.Tokens is required: every /v1 route authenticates"))
+	}
 	if c.QueryTimeout < 0 {
 		errs = append(errs, errors.New("query: Config.QueryTimeout must not be negative"))
 	}
@@ -52,7 +67,8 @@ func (c Config) validate() error {
 }
 
 // API is the read-only HTTP query API for booking services (see the package comment). It is an
-// http.Handler serving the /v1 routes only; Run adds /metrics, /livez and /readyz.
+// http.Handler serving the /v1 routes only, each authorized first; Run serves /metrics, /livez
+// and /readyz on the admin address.
 type API struct {
 	cfg     Config
 	db      DB
@@ -72,6 +88,9 @@ func New(cfg Config, db DB, logger *slog.Logger, reg prometheus.Registerer) (*AP
 		return nil, err
 	}
 	a := &API{cfg: cfg, db: db, log: cmp.Or(logger, slog.Default()), metrics: m, mux: http.NewServeMux()}
+	// Every route, the fallbacks included, authorizes first (attempts:read and, where the
+	// pattern has {tenant}, the token's tenant): before validation, and before telling a caller
+	// whether a route exists.
 	a.mux.Handle("GET /v1/tenants/{tenant}/intents/{intent}", a.instrument(routeIntentStatus, a.intentStatus))
 	a.mux.Handle("GET /v1/tenants/{tenant}/intents/{intent}/operations/{operation}/retry-gate", a.instrument(routeRetryGate, a.retryGate))
 	a.mux.Handle("GET /", a.instrument(routeOther, func(w http.ResponseWriter, _ *http.Request) int {
@@ -107,12 +126,19 @@ func (a *API) Ready(ctx context.Context) error {
 // handlerFunc writes one response and returns its status code.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) int
 
+// instrument authorizes the request (auth.Tokens.Authorize, scope attempts:read) before h
+// runs, bounds h by QueryTimeout, and counts the answer.
 func (a *API) instrument(route string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.QueryTimeout)
 		defer cancel()
-		code := h(w, r.WithContext(ctx))
+		var code int
+		if p, denied := a.cfg.Tokens.Authorize(r, auth.ScopeAttemptsRead); denied != nil {
+			code = problem.Write(w, denied)
+		} else {
+			code = h(w, r.WithContext(auth.NewContext(ctx, p)))
+		}
 		a.metrics.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 		a.metrics.Duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
@@ -152,17 +178,12 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, route string, err err
 	return writeError(w, http.StatusInternalServerError, "internal_error", "the query failed; retry later")
 }
 
-// ErrorBody is the JSON body of every 4xx and 5xx the API writes.
-type ErrorBody struct {
-	// Error is a stable code: invalid_tenant, invalid_intent, invalid_operation,
-	// invalid_subject, missing_subject, not_found, internal_error.
-	Error string `json:"error"`
-	// Message explains it; it never quotes a request value.
-	Message string `json:"message"`
-}
-
-func writeError(w http.ResponseWriter, code int, errCode, msg string) int {
-	return writeJSON(w, code, ErrorBody{Error: errCode, Message: msg})
+// writeError answers an RFC 9457 problem (internal/problem) with a stable code:
+// invalid_tenant, invalid_intent, invalid_operation, invalid_subject, missing_subject,
+// not_found, method_not_allowed, internal_error (and unauthenticated, forbidden from
+// internal/auth). detail never quotes a request value.
+func writeError(w http.ResponseWriter, status int, code, detail string) int {
+	return problem.Write(w, problem.New(status, code, detail))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) int {
@@ -174,33 +195,44 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 	return code
 }
 
-// Run serves the API with /metrics (reg), /livez and /readyz (the database answers and holds
-// the schema) on cfg.Addr until ctx ends, then shuts down within 5 s. started, when set, gets
-// the bound address (useful with ":0").
+// Run serves the API on cfg.Addr and /metrics (reg), /livez, /readyz (the database answers and
+// holds the schema) and pprof on cfg.AdminAddr, re-reading cfg.Tokens on SIGHUP and on change,
+// until ctx ends; then it shuts down within 5 s. Both addresses are bound before anything is
+// served, so one in use stops Run at once. started, when set, gets the API's bound address
+// (useful with ":0").
 func Run(ctx context.Context, cfg Config, db DB, logger *slog.Logger, reg *prometheus.Registry, started func(addr string)) error {
 	cfg = cfg.withDefaults()
 	api, err := New(cfg, db, logger, reg)
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", api)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := api.Ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	ln, err := net.Listen("tcp", cfg.Addr)
+	admin, err := telemetry.Listen(cfg.AdminAddr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	defer admin.Close() // closed by the admin server too; a second Close is harmless
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("query API address %s: %w (is another process listening there? choose another with BOOKRECON_QUERY_ADDR)", cfg.Addr, err)
+	}
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	wait, err := cfg.Tokens.Watch(bg)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer wait()
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		if err := telemetry.ServeListener(bg, admin, reg, api.Ready, api.log, cfg.AdminStarted); err != nil {
+			api.log.Error("admin server", "err", err)
+		}
+	}()
+	defer func() { <-adminDone }()
+	defer stop()
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: cfg.QueryTimeout + 5*time.Second, IdleTimeout: 2 * time.Minute}
 	api.log.Info("query API listening", "addr", ln.Addr().String())
 	if started != nil {
