@@ -23,6 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/auth"
+	"github.com/bookrecon/bookrecon/internal/auth/authtest"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/kafka"
@@ -132,8 +134,15 @@ func startStack(t *testing.T) *stack {
 			})
 	})
 	qLog := log("query-api")
+	tokensPath, toks := authtest.File(t, authtest.Reader("t_globetrek", "deploytest"))
+	tokens, err := auth.Open(tokensPath, qLog, s.regs["query-api"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiAddr := make(chan string, 1)
 	run("query-api", func() error {
-		return query.Run(ctx, query.Config{Addr: "127.0.0.1:0", Providers: h.Providers}, h.Pool, qLog, s.regs["query-api"], report("query-api"))
+		return query.Run(ctx, query.Config{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AdminStarted: report("query-api"),
+			Providers: h.Providers, Tokens: tokens}, h.Pool, qLog, s.regs["query-api"], func(a string) { apiAddr <- "http://" + a })
 	})
 	for range 2 {
 		select {
@@ -143,13 +152,15 @@ func startStack(t *testing.T) *stack {
 			t.Fatal("the ingester or the query API did not start within 60s")
 		}
 	}
+	api := <-apiAddr
 
 	if err := publish.Run(ctx, h.Producer, lines, publish.Options{Topic: h.Topics.Attempts, Shift: shift}); err != nil {
 		t.Fatal(err)
 	}
-	api := strings.TrimSuffix(s.urls["query-api"], "/metrics")
 	for _, path := range []string{"/v1/tenants/t_globetrek/intents/bi_sc01", "/v1/tenants/t_globetrek/intents/bi_sc01/operations/BOOK/retry-gate"} {
-		resp, err := http.Get(api + path)
+		req, _ := http.NewRequest(http.MethodGet, api+path, nil)
+		req.Header.Set("Authorization", "Bearer "+toks[0])
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
