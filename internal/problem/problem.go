@@ -7,6 +7,7 @@ package problem
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 )
 
 // ContentType is the media type of a problem details body (RFC 9457 section 3).
@@ -54,7 +55,7 @@ func (d *Details) Error() string { return d.Code + ": " + d.Detail }
 func Write(w http.ResponseWriter, d *Details) int {
 	h := w.Header()
 	for k, vs := range d.Header {
-		h[k] = vs
+		h[k] = slices.Clone(vs) // d may be shared by every response (a package-level problem)
 	}
 	h.Set("Content-Type", ContentType)
 	h.Set("Cache-Control", "no-store")
