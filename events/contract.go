@@ -2,7 +2,7 @@ package events
 
 import "slices"
 
-// Topic names, record limits and the contract version (DESIGN.md "Contract v1"). Topic names are
+// Topic names, record limits and the contract version (docs/design.md#contract-v1). Topic names are
 // part of the contract: renaming one is a breaking change.
 const (
 	// TopicAttempts is the input topic of attempt facts published by booking services.
@@ -26,7 +26,7 @@ const (
 	SpecVersion = 1
 )
 
-// Header names of a dead-letter record (DESIGN.md "Contract v1", dead letters). A dead letter
+// Header names of a dead-letter record (docs/design.md#dead-letters). A dead letter
 // carries the original key and bytes, no envelope and no ce_ headers.
 const (
 	// HeaderDLQReason holds the Reason, e.g. "invalid_field".
@@ -41,7 +41,7 @@ const (
 	HeaderSourceOffset = "bookrecon.source.offset"
 )
 
-// EventType is the eventType of a record (DESIGN.md "Contract v1").
+// EventType is the eventType of a record (docs/design.md#contract-v1).
 type EventType string
 
 // Event types. The first four are the input types of booking.attempts.v1; decision.recorded is
@@ -70,7 +70,7 @@ func EventTypes() []EventType {
 		EventDecisionRecorded, EventResolved, EventEscalationOpened, EventEscalationClosed)
 }
 
-// Operation is the business operation of an attempt (DESIGN.md "Identities").
+// Operation is the business operation of an attempt (docs/design.md#identities).
 type Operation string
 
 // The six operations.
@@ -95,7 +95,7 @@ func (Operation) All() []Operation { return Operations() }
 func (o Operation) Valid() bool { return slices.Contains(Operations(), o) }
 
 // KeyPrefix returns the idempotency-key prefix of o: book, authorize, capture, modify, cancel or
-// refund; "" when o is not valid (DESIGN.md "Identities").
+// refund; "" when o is not valid (docs/design.md#identities).
 func (o Operation) KeyPrefix() string {
 	switch o {
 	case OpBook:
@@ -126,17 +126,18 @@ func OperationForKeyPrefix(prefix string) (Operation, bool) {
 
 // SubjectIsIntent reports whether o's key subject must be the bookingIntentId: true for BOOK,
 // PAYMENT_AUTHORIZE and PAYMENT_CAPTURE. For the others the subject is the booking or payment
-// acted on and is not checked against the envelope (DESIGN.md "Identities").
+// acted on and is not checked against the envelope (docs/design.md#identities).
 func (o Operation) SubjectIsIntent() bool {
 	return o == OpBook || o == OpPaymentAuthorize || o == OpPaymentCapture
 }
 
 // HasFingerprint reports whether o's request carries a stay or segments, and so a fingerprint:
-// true for BOOK and MODIFY (DESIGN.md "Reconciliation").
+// true for BOOK and MODIFY (docs/design.md#request-hash).
 func (o Operation) HasFingerprint() bool { return o == OpBook || o == OpModify }
 
-// TimeoutClass is outcome.timeoutClass of attempt.outcome_unknown (DESIGN.md "Timeout taxonomy").
-// It is not an enum on input: any non-empty string is accepted and kept as written.
+// TimeoutClass is outcome.timeoutClass of attempt.outcome_unknown
+// (docs/design.md#timeout-taxonomy). It is not an enum on input: any non-empty string is accepted
+// and kept as written.
 type TimeoutClass string
 
 // Timeout classes. The first five are the producer's; TimeoutStale is set by the reconciler for
@@ -164,7 +165,7 @@ func (c TimeoutClass) Known() bool {
 }
 
 // MetricLabel returns c when it is a known class (or other), else TimeoutOther, so metric labels
-// stay bounded (DESIGN.md "Timeout taxonomy": an unrecognised class is counted as other).
+// stay bounded (docs/design.md#timeout-taxonomy: an unrecognised class is counted as other).
 func (c TimeoutClass) MetricLabel() TimeoutClass {
 	if slices.Contains(TimeoutClasses(), c) {
 		return c
@@ -173,7 +174,7 @@ func (c TimeoutClass) MetricLabel() TimeoutClass {
 }
 
 // Effective returns the class the state machine applies: c when Known, else TimeoutRead
-// (DESIGN.md "Timeout taxonomy": an unrecognised class is treated as read_timeout).
+// (docs/design.md#timeout-taxonomy: an unrecognised class is treated as read_timeout).
 func (c TimeoutClass) Effective() TimeoutClass {
 	if c.Known() {
 		return c
@@ -183,7 +184,7 @@ func (c TimeoutClass) Effective() TimeoutClass {
 
 // DefaultTransportTimeoutCodes returns the attempt.failed failureCodes that are transport
 // timeouts, not proof of failure: CONNECT_TIMEOUT, READ_TIMEOUT, CONNECTION_RESET,
-// CLIENT_TIMEOUT, GATEWAY_TIMEOUT and TIMEOUT, matched exactly (DESIGN.md "Attempt states").
+// CLIENT_TIMEOUT, GATEWAY_TIMEOUT and TIMEOUT, matched exactly (docs/design.md#timeout-taxonomy).
 // Such a failed event is applied as outcome_unknown with read_timeout and requestSent null.
 // Configuration may extend the list. The slice is new on every call.
 func DefaultTransportTimeoutCodes() []string {

@@ -1,7 +1,7 @@
 package events
 
 // CurrencyExponent returns the ISO 4217 minor-unit exponent of code, e.g. EUR 2, JPY 0, KWD 3
-// (DESIGN.md "Request hash"). code must be upper case. The table holds the active ISO 4217
+// (docs/design.md#request-hash). code must be upper case. The table holds the active ISO 4217
 // currencies and funds that have minor units (precious metals, XDR and test codes are left
 // out), plus recently withdrawn codes still seen in the wild (ANG, CUC, SLL, ZWL).
 func CurrencyExponent(code string) (int, bool) {

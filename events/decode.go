@@ -14,8 +14,8 @@ import (
 )
 
 var (
-	// idPattern is the format of tenantId, bookingIntentId and key subjects (DESIGN.md
-	// "Identities").
+	// idPattern is the format of tenantId, bookingIntentId and key subjects
+	// (docs/design.md#identities).
 	idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	// keyVersionPattern is the vN part of a key: N ≥ 1 without leading zeros.
 	keyVersionPattern = regexp.MustCompile(`^v[1-9][0-9]{0,9}$`)
@@ -30,7 +30,7 @@ const maxEventIDBytes = 256
 
 // DecodeAttempt decodes and validates one record value of booking.attempts.v1.
 //
-// The checks run in the normative order of DESIGN.md "Contract v1" and the first failing step
+// The checks run in the normative order of docs/design.md#contract-v1 and the first failing step
 // decides the error, an *InvalidError:
 //
 //  1. too_large: len(raw) > MaxRecordBytes, before parsing;
@@ -128,7 +128,7 @@ func decodeAttempt(o object, opt DecodeOptions) (Attempt, error) {
 }
 
 // DecodeDecision decodes and validates one record value of booking.manual-decisions.v1
-// (DESIGN.md "Contract v1", manual decisions): steps 1–6 as in DecodeAttempt with eventType
+// (docs/design.md#cause-manual-decision): steps 1–6 as in DecodeAttempt with eventType
 // decision.recorded only, then step 9 (stale_event), then the key's format
 // (invalid_idempotency_key: a known prefix, a subject [A-Za-z0-9_-]{1,64} that is the
 // bookingIntentId for book, authorize and capture, and vN with N ≥ 1).
@@ -197,7 +197,7 @@ func decodeDecision(o object, opt DecodeOptions) (Decision, error) {
 	return d, nil
 }
 
-// ParseKey splits an idempotency key "prefix:subject:vN" (DESIGN.md "Identities"): prefix one of
+// ParseKey splits an idempotency key "prefix:subject:vN" (docs/design.md#identities): prefix one of
 // book, authorize, capture, modify, cancel, refund; subject [A-Za-z0-9_-]{1,64}; N an integer
 // 1..2^31−1 without leading zeros. It does not check the subject against an intent. Errors are
 // *InvalidError{Reason: ReasonInvalidIdempotencyKey, Field: "idempotencyKey"} and never quote

@@ -1,4 +1,4 @@
-// Package events is bookrecon's v1 event contract (DESIGN.md "Contract v1").
+// Package events is bookrecon's v1 event contract (docs/design.md#contract-v1).
 //
 // It holds the topic names, the typed enums of the contract (event types, operations, timeout
 // classes, dead-letter reasons), the Go shapes of the two input topics (Attempt for
@@ -9,11 +9,11 @@
 // It also computes the three digests the pipeline keeps:
 //
 //   - RequestHash: the canonical request hash that tells an idempotent repeat from a key
-//     conflict (DESIGN.md "Request hash");
+//     conflict (docs/design.md#request-hash);
 //   - Fingerprint: the traveller/stay or traveller/segments digest used for provider lookups
-//     (DESIGN.md "Reconciliation");
-//   - CanonicalHash: the digest of a whole record kept by processed_event (DESIGN.md "Storage
-//     rules").
+//     (docs/design.md#request-hash);
+//   - CanonicalHash: the digest of a whole record kept by processed_event
+//     (docs/design.md#insert-first-dedup).
 //
 // Canonical JSON is RFC 8785 via jsontext (github.com/go-json-experiment/json, the module form
 // of encoding/json/v2), cross-checked in tests against github.com/gowebpki/jcs; money is parsed

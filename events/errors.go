@@ -2,11 +2,12 @@ package events
 
 import "errors"
 
-// Reason is a dead-letter reason code, sent in the bookrecon.dlq.reason header (DESIGN.md
-// "Contract v1"). Validation stops at the first failing step, in the order of Reasons.
+// Reason is a dead-letter reason code, sent in the bookrecon.dlq.reason header
+// (docs/design.md#contract-v1). Validation stops at the first failing step, in the order of
+// Reasons.
 type Reason string
 
-// Dead-letter reasons, in validation order (steps 1 to 9 of DESIGN.md "Contract v1").
+// Dead-letter reasons, in validation order (steps 1 to 9 of docs/design.md#contract-v1).
 const (
 	// ReasonTooLarge (step 1): the record value is longer than MaxRecordBytes.
 	ReasonTooLarge Reason = "too_large"
@@ -40,7 +41,7 @@ func Reasons() []Reason {
 
 // InvalidError is the dead-letter verdict on a record: why it was rejected and where.
 //
-// It never carries a value from the record (DESIGN.md "Observability": no personal data), only
+// It never carries a value from the record (docs/design.md#observability: no personal data), only
 // the member's JSON path and a fixed description, so Error and Detail are safe for logs and the
 // bookrecon.dlq.detail header.
 type InvalidError struct {

@@ -24,7 +24,7 @@ const MaxMinorUnits = 1<<53 - 1
 var decimalPattern = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
 // MinorUnits converts value, an amount in major units, to an integer count of currency's minor
-// units, exactly (DESIGN.md "Request hash"): minor = value × 10^CurrencyExponent(currency).
+// units, exactly (docs/design.md#request-hash): minor = value × 10^CurrencyExponent(currency).
 //
 // value uses JSON number syntax ("249.90", "24990", "2.499e2"); it is parsed as a decimal, never
 // as float64, so "249.9", "249.90" and "249.900" give the same result. Errors, all
@@ -100,11 +100,12 @@ type canonicalRequest struct {
 	Segments     []Segment        `json:"segments,omitempty"`
 }
 
-// CanonicalRequest returns the RFC 8785 canonical JSON that RequestHash digests (DESIGN.md
-// "Request hash"): an object of operation, offerVersion, travellerRef, amount {currency, minor}
-// and, for BOOK and MODIFY only, stay {propertyId, checkIn, checkOut} or segments [{from, to,
-// date, flight}] in the order given, values as sent. Empty strings, a nil Amount, a nil Stay and
-// empty Segments are absent and omitted; nothing else of the request is included. For sc01:
+// CanonicalRequest returns the RFC 8785 canonical JSON that RequestHash digests
+// (docs/design.md#request-hash): an object of operation, offerVersion, travellerRef, amount
+// {currency, minor} and, for BOOK and MODIFY only, stay {propertyId, checkIn, checkOut} or segments
+// [{from, to, date, flight}] in the order given, values as sent. Empty strings, a nil Amount, a nil
+// Stay and empty Segments are absent and omitted; nothing else of the request is included. For
+// sc01:
 //
 //	{"amount":{"currency":"EUR","minor":24990},"offerVersion":"off_1:1","operation":"BOOK","stay":{"checkIn":"2027-02-03","checkOut":"2027-02-06","propertyId":"h_1042"},"travellerRef":"tr_0001"}
 //
@@ -133,7 +134,7 @@ func CanonicalRequest(op Operation, r *Request) ([]byte, error) {
 }
 
 // RequestHash returns the request hash of r for op: the lowercase hex SHA-256 of
-// CanonicalRequest(op, r) (DESIGN.md "Request hash"). Equal amounts hash alike whatever their
+// CanonicalRequest(op, r) (docs/design.md#request-hash). Equal amounts hash alike whatever their
 // trailing zeros or form (string or JSON number); member order and whitespace of the original
 // record never matter. Errors are those of CanonicalRequest.
 func RequestHash(op Operation, r *Request) (string, error) {
@@ -151,8 +152,8 @@ type fingerprintDoc struct {
 	Segments     []Segment `json:"segments,omitempty"`
 }
 
-// Fingerprint returns the lookup fingerprint of a BOOK or MODIFY request (DESIGN.md
-// "Reconciliation"): the lowercase hex SHA-256 of the RFC 8785 canonical JSON of
+// Fingerprint returns the lookup fingerprint of a BOOK or MODIFY request
+// (docs/design.md#request-hash): the lowercase hex SHA-256 of the RFC 8785 canonical JSON of
 //
 //	{"travellerRef": r.TravellerRef, "stay": {"checkIn", "checkOut", "propertyId"}}
 //
@@ -187,10 +188,10 @@ func Fingerprint(op Operation, r *Request) string {
 }
 
 // CanonicalHash returns the lowercase hex SHA-256 of the RFC 8785 canonical form of a whole JSON
-// record, as processed_event keeps it (DESIGN.md "Storage rules"): member order and whitespace do
-// not change it. Numbers are canonicalised as IEEE 754 doubles (RFC 8785), so 249.9 and 249.90
-// hash alike. Every record DecodeAttempt or DecodeDecision accepts has one; the error (not an
-// *InvalidError; it never quotes the record) is for input that is not I-JSON.
+// record, as processed_event keeps it (docs/design.md#insert-first-dedup): member order and
+// whitespace do not change it. Numbers are canonicalised as IEEE 754 doubles (RFC 8785), so 249.9
+// and 249.90 hash alike. Every record DecodeAttempt or DecodeDecision accepts has one; the error
+// (not an *InvalidError; it never quotes the record) is for input that is not I-JSON.
 func CanonicalHash(raw []byte) (string, error) {
 	b, err := canonicalize(raw)
 	if err != nil {

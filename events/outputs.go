@@ -6,8 +6,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// OutputEnvelope is the common head of every record bookrecon publishes (DESIGN.md
-// "Contract v1", outputs). JSON is camelCase.
+// OutputEnvelope is the common head of every record bookrecon publishes
+// (docs/design.md#contract-v1, outputs). JSON is camelCase.
 type OutputEnvelope struct {
 	SpecVersion      int       `json:"specVersion"`
 	EventID          string    `json:"eventId"` // deterministic: OutputID
@@ -58,7 +58,7 @@ var outputNamespace = uuid.MustParse("6f1c2b7e-8d4a-5e3f-9a1b-0c2d3e4f5a6b")
 
 // OutputID is the deterministic id of an output fact: UUIDv5 over tenant, idempotency key, the
 // kind of fact and the id of its cause (an event id, lookup id or decision id), so republishing
-// the same fact yields the same eventId (DESIGN.md "Contract v1").
+// the same fact yields the same eventId (docs/design.md#contract-v1).
 func OutputID(tenantID, idempotencyKey, kind, causeID string) string {
 	return uuid.NewSHA1(outputNamespace, []byte(tenantID+"\x00"+idempotencyKey+"\x00"+kind+"\x00"+causeID)).String()
 }

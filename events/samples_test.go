@@ -18,7 +18,7 @@ type deadLetter struct {
 }
 
 // sampleDeadLetters are the ten bad records of samples/attempts.jsonl, with the step each hits
-// (DESIGN.md "Contract v1"). TestSampleAttempts checks the reasons against expected.json.
+// (docs/design.md#contract-v1). TestSampleAttempts checks the reasons against expected.json.
 var sampleDeadLetters = map[string]deadLetter{
 	"":           {ReasonInvalidJSON, ""},                         // truncated after eventType
 	"evt_bad_02": {ReasonUnknownEventType, "eventType"},           // attempt.exploded

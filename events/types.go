@@ -2,7 +2,7 @@ package events
 
 import "time"
 
-// Amount is request.amount: a non-negative amount in major units (DESIGN.md "Request hash").
+// Amount is request.amount: a non-negative amount in major units (docs/design.md#request-hash).
 type Amount struct {
 	// Value is the exact decimal text as received, in JSON number syntax ("249.90", "24990",
 	// "2.499e2"); a JSON number is kept verbatim as its literal text. Never parsed as float64:
@@ -36,7 +36,7 @@ type Segment struct {
 	Flight string `json:"flight"`
 }
 
-// Request is the request of attempt.started (DESIGN.md "Contract v1"). Members not listed here
+// Request is the request of attempt.started (docs/design.md#contract-v1). Members not listed here
 // are ignored.
 type Request struct {
 	// OfferVersion identifies the priced offer, e.g. "off_1:1".
@@ -52,8 +52,8 @@ type Request struct {
 	Segments []Segment `json:"segments,omitempty"`
 }
 
-// Recovery holds the optional recovery identities of an attempt (DESIGN.md "Identities",
-// "Timeout taxonomy"). Every member is "" when absent or null.
+// Recovery holds the optional recovery identities of an attempt (docs/design.md#identities,
+// docs/design.md#timeout-taxonomy). Every member is "" when absent or null.
 type Recovery struct {
 	// ClientReference is our reference as sent to the provider; a lookup key.
 	ClientReference string `json:"clientReference,omitempty"`
@@ -87,7 +87,7 @@ type Outcome struct {
 	RequestSent *bool `json:"requestSent,omitempty"`
 }
 
-// Attempt is one validated record of booking.attempts.v1 (DESIGN.md "Contract v1"). Its JSON
+// Attempt is one validated record of booking.attempts.v1 (docs/design.md#contract-v1). Its JSON
 // encoding is the v1 wire form and decodes back to an equal Attempt.
 type Attempt struct {
 	// SpecVersion is always SpecVersion (1).
@@ -131,7 +131,7 @@ func (a Attempt) Hash() (string, error) {
 }
 
 // Digests are the two values a start event's request is compared by: its request hash
-// (DESIGN.md "Request hash": 64 lowercase hex) and its fingerprint (the traveller and itinerary
+// (docs/design.md#request-hash: 64 lowercase hex) and its fingerprint (the traveller and itinerary
 // without amount or offer version, for blind-retry detection: "Safe retry gate and blind
 // retries"; "" for operations without one). An outcome event has neither.
 type Digests struct {
@@ -155,8 +155,8 @@ const (
 	DecisionFailed    = "FAILED"
 )
 
-// Decision is one validated record of booking.manual-decisions.v1 (DESIGN.md "Contract v1",
-// manual decisions). Its JSON encoding is the v1 wire form.
+// Decision is one validated record of booking.manual-decisions.v1
+// (docs/design.md#cause-manual-decision). Its JSON encoding is the v1 wire form.
 type Decision struct {
 	// SpecVersion is always SpecVersion (1).
 	SpecVersion int `json:"specVersion"`

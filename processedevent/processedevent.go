@@ -1,5 +1,5 @@
 // Package processedevent is the insert-first deduplication store every bookrecon consumer uses
-// (DESIGN.md "Storage rules"). A consumed record is applied only by the transaction whose
+// (docs/design.md#insert-first-dedup). A consumed record is applied only by the transaction whose
 // INSERT ... ON CONFLICT DO NOTHING created its row, keyed (consumer, tenant_id, event_id,
 // occurred_day); the row commits with the record's effects or not at all. It never reads before
 // writing, and knows nothing about Kafka.
@@ -40,7 +40,7 @@ const (
 	// nothing to apply (counted as bookrecon_duplicate_deliveries_total).
 	Duplicate
 	// Collision: the event id was processed before with a different canonical hash: not
-	// applied, counted and logged as an eventId collision (DESIGN.md "Storage rules").
+	// applied, counted and logged as an eventId collision (docs/design.md#insert-first-dedup).
 	Collision
 )
 
@@ -158,7 +158,7 @@ func Days(ctx context.Context, db Querier) ([]time.Time, error) {
 }
 
 // OldestDay is the lower bound of the oldest kept partition: events that occurred before it are
-// dead-lettered as stale_event (DESIGN.md "Contract v1", step 9). ErrNoPartition when none.
+// dead-lettered as stale_event (docs/design.md#contract-v1, step 9). ErrNoPartition when none.
 func OldestDay(ctx context.Context, db Querier) (time.Time, error) {
 	days, err := Days(ctx, db)
 	if err != nil {

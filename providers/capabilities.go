@@ -15,7 +15,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 )
 
-// Defaults of the capability map (DESIGN.md, "Reconciliation"), applied to every field a
+// Defaults of the capability map (docs/design.md#capability-map), applied to every field a
 // provider's entry leaves out.
 const (
 	// DefaultConsistency is the documented consistency when none is given.
@@ -60,7 +60,7 @@ type RateLimit struct {
 	Burst int
 }
 
-// Capabilities is one provider's entry of the capability map (DESIGN.md, "Reconciliation";
+// Capabilities is one provider's entry of the capability map (docs/design.md#capability-map;
 // format of samples/providers.yaml), with the defaults applied.
 type Capabilities struct {
 	// Name is the provider's name, the key of its entry.

@@ -1,7 +1,7 @@
 // Package providers is the provider port of bookrecon: the one question the reconciler may ask a
 // travel provider ("which records do you hold for this reference or fingerprint?"), the records
 // and classified errors it gets back, and the capability map that says, per provider, which
-// questions make sense and how far a not-found can be trusted (DESIGN.md, "Reconciliation").
+// questions make sense and how far a not-found can be trusted (docs/design.md#reconciliation).
 //
 // What it holds:
 //

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// ErrorClass is the class of a failed lookup. The reconciler branches on it (DESIGN.md,
-// "Reconciliation": a provider error keeps the attempt UNKNOWN and waits at least Retry-After);
-// it is also a bounded metric label.
+// ErrorClass is the class of a failed lookup. The reconciler branches on it
+// (docs/design.md#judging-an-answer: a provider error keeps the attempt UNKNOWN and waits at least
+// Retry-After); it is also a bounded metric label.
 type ErrorClass string
 
 const (

@@ -7,7 +7,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 )
 
-// LookupKind names one way of asking a provider for records (DESIGN.md, "Reconciliation"). The
+// LookupKind names one way of asking a provider for records (docs/design.md#lookup-ladder). The
 // capability map lists, per provider, the kinds it answers.
 type LookupKind string
 
@@ -40,7 +40,7 @@ func (k LookupKind) Valid() bool {
 }
 
 // IsReference reports whether k looks a record up by a reference (provider or client), the only
-// kinds whose not-found can be authoritative (DESIGN.md, "Reconciliation").
+// kinds whose not-found can be authoritative (docs/design.md#judging-an-answer).
 func (k LookupKind) IsReference() bool {
 	return k == LookupProviderReference || k == LookupClientReference
 }
@@ -96,7 +96,7 @@ type Query struct {
 	// Provider is the provider's name, as in the capability map.
 	Provider string
 	// Operation is the operation whose record is wanted; adapters use it to pick the provider's
-	// endpoint and to map its states (DESIGN.md, "Reconciliation").
+	// endpoint and to map its states (docs/design.md#judging-an-answer).
 	Operation events.Operation
 	// Kind is how to look the record up.
 	Kind LookupKind
@@ -121,7 +121,7 @@ type Provider interface {
 	Lookup(ctx context.Context, q Query) ([]Record, error)
 }
 
-// Result is the outcome of one lookup as a bounded metric label (DESIGN.md, "Observability"),
+// Result is the outcome of one lookup as a bounded metric label (docs/design.md#observability),
 // and the `lastLookupResult` of an escalation.
 type Result string
 

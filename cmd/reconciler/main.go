@@ -16,6 +16,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -43,7 +44,7 @@ type cli struct {
 func (c cli) service() service.Config {
 	tp := c.Flags.Names()
 	return service.Config{Name: "reconciler", DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
-		MaxDBConns: c.DBConns, Brokers: c.KafkaBrokers, AdminAddr: c.AdminAddr, OutputTopics: []string{tp.Resolutions, tp.Escalations}}
+		MaxDBConns: c.DBConns, AdminAddr: c.AdminAddr, Publish: relay.ForService(c.KafkaBrokers, []string{tp.Resolutions, tp.Escalations})}
 }
 
 // Validate refuses a database pool the reconciler cannot run on, and a transaction pooler without

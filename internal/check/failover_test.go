@@ -21,8 +21,8 @@ import (
 	"github.com/bookrecon/bookrecon/internal/demo"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
-	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -248,7 +248,7 @@ func TestLoadBrokerFailover(t *testing.T) {
 			}
 			id = v.EventID
 		}
-		tokens[id] = append(tokens[id], kafkatest.Header(r, outbox.TokenHeader))
+		tokens[id] = append(tokens[id], kafkatest.Header(r, relay.TokenHeader))
 		if ids[r.Topic] == nil {
 			ids[r.Topic] = map[string]int{}
 		}

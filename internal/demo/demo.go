@@ -33,6 +33,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -180,7 +181,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	store := attempt.Config{Policies: attempt.PoliciesFrom(pmap), ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}
 	svc := func(name, addr string) service.Config {
 		return service.Config{Name: name, DatabaseURL: o.DatabaseURL, MigrateDatabaseURL: o.MigrateDatabaseURL, Pooler: o.Pooler,
-			Brokers: o.Brokers, AdminAddr: addr, AdminStarted: started(name), OutputTopics: []string{o.Topics.Resolutions, o.Topics.Escalations}}
+			AdminAddr: addr, AdminStarted: started(name), Publish: relay.ForService(o.Brokers, []string{o.Topics.Resolutions, o.Topics.Escalations})}
 	}
 	recLog := o.Logger.With("service", "reconciler")
 	recReg := telemetry.NewRegistry()

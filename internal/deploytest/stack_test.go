@@ -34,6 +34,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -107,8 +108,8 @@ func startStack(t *testing.T) *stack {
 	})
 	recLog := log("reconciler")
 	run("reconciler", func() error {
-		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: h.DBURL, Brokers: kafkatest.Brokers(), AdminAddr: "127.0.0.1:0",
-			OutputTopics: []string{h.Topics.Resolutions, h.Topics.Escalations}},
+		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0",
+			Publish: relay.ForService(kafkatest.Brokers(), []string{h.Topics.Resolutions, h.Topics.Escalations})},
 			recLog, s.regs["reconciler"], func(ctx context.Context, pool *pgxpool.Pool) error {
 				rec, err := reconcile.New(reconcile.Config{Providers: h.Providers, Poll: 100 * time.Millisecond, InitialInterval: time.Second,
 					MaxInterval: 10 * time.Second, NoJitter: true, CallTimeout: 2 * time.Second, Store: store},
@@ -121,8 +122,8 @@ func startStack(t *testing.T) *stack {
 	})
 	escLog := log("escalator")
 	run("escalator", func() error {
-		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: h.DBURL, Brokers: kafkatest.Brokers(), AdminAddr: "127.0.0.1:0",
-			OutputTopics: []string{h.Topics.Resolutions, h.Topics.Escalations}},
+		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0",
+			Publish: relay.ForService(kafkatest.Brokers(), []string{h.Topics.Resolutions, h.Topics.Escalations})},
 			escLog, s.regs["escalator"], func(ctx context.Context, pool *pgxpool.Pool) error {
 				esc, err := escalate.New(escalate.Config{Providers: h.Providers, Poll: 100 * time.Millisecond,
 					Store: attempt.Config{Policies: attempt.PoliciesFrom(h.Providers), ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}},

@@ -36,6 +36,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/lag"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -245,9 +246,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	t := cfg.Topics
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: outbox.NewRelayMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
-		Config: outbox.RelayConfig{Holder: "ingester-" + uuid.NewString()}}
-	wg.Go(func() { _ = relay.Run(bg) })
+	// The ingester's relay shares the consumer's client (docs/decisions.md, "Where relays run").
+	rl := &relay.Relay{Pool: pool, Client: cl, Logger: deps.Logger, Metrics: relay.NewMetrics(reg, []string{t.AttemptsDLQ, t.DecisionsDLQ, t.Resolutions, t.Escalations}),
+		Config: relay.Config{Holder: "ingester-" + uuid.NewString()}}
+	wg.Go(func() { _ = rl.Run(bg) })
 	brokers := kafka.NewBrokerWatch(cl)
 	wg.Go(func() { brokers.Run(bg) })
 	if admin != nil {
@@ -256,7 +258,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 				if why := in.paused.Load(); why != nil {
 					return fmt.Errorf("batch paused: %s", *why)
 				}
-				if err := relay.Ready(); err != nil {
+				if err := rl.Ready(); err != nil {
 					return err
 				}
 				if err := pool.Ping(ctx); err != nil {

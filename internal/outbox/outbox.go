@@ -1,15 +1,15 @@
-// Package outbox is the transactional outbox: Insert writes a record to publish in the caller's
-// transaction, beside the state change that caused it; Relay publishes unpublished rows in id
-// order to Kafka and marks them published. Every service that writes outbox rows runs a relay;
-// one is active at a time for the whole outbox, elected by the outbox_lease row with a fencing
-// token (DESIGN.md "Shape"). Delivery is at-least-once: a crash or a lost lease between the
-// produce and the mark republishes the same record, which carries the same deterministic
-// eventId, so consumers deduplicate it. SetAside, Retry and Discard are the tooling of the rows
-// the relay set aside.
+// Package outbox is the writer side of the transactional outbox: Insert and InsertMany write a
+// record to publish in the caller's transaction, beside the state change that caused it, and
+// SetAside, Retry, Discard, CountSetAside and Backlog are the queries of the CLI and the metrics.
+// It links no Kafka client: internal/relay publishes the rows, in the services that write them
+// (docs/decisions.md, "Where relays run"). Delivery is at-least-once: a republished record
+// carries the same deterministic eventId, so consumers deduplicate it. Its SQL is
+// sql/outbox.sql.
 package outbox
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +18,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
 )
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// stmts are the package's named statements (sql/outbox.sql).
+var stmts = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
 
 // Header is one Kafka record header.
 type Header struct {
@@ -42,9 +50,7 @@ func Insert(ctx context.Context, tx pgx.Tx, m Message) error {
 	if err != nil {
 		return fmt.Errorf("outbox: headers: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO outbox (topic, record_key, value, headers, event_id) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (topic, event_id) DO NOTHING`,
-		m.Topic, m.Key, m.Value, h, m.EventID)
+	_, err = tx.Exec(ctx, stmts.SQL("outbox_insert"), m.Topic, m.Key, m.Value, h, m.EventID)
 	if err != nil {
 		return fmt.Errorf("outbox: insert %s %s: %w", m.Topic, m.EventID, err)
 	}
@@ -69,10 +75,7 @@ func InsertMany(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 		}
 		topics[i], keys[i], values[i], headers[i], ids[i] = m.Topic, m.Key, m.Value, string(h), m.EventID
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO outbox (topic, record_key, value, headers, event_id)
-		SELECT t, k, v, h::jsonb, e FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[])
-			WITH ORDINALITY AS u(t, k, v, h, e, n) ORDER BY n
-		ON CONFLICT (topic, event_id) DO NOTHING`, topics, keys, values, headers, ids)
+	_, err := tx.Exec(ctx, stmts.SQL("outbox_insert_many"), topics, keys, values, headers, ids)
 	if err != nil {
 		return fmt.Errorf("outbox: insert %d rows: %w", len(msgs), err)
 	}
@@ -95,7 +98,32 @@ func CloudEvent(id, source, typ, subject, partitionKey string, at time.Time) []H
 	}
 }
 
-// SetAsideRow is an outbox row the relay set aside (see Relay), as SetAside lists it.
+// ErrorClass classifies a failed publish of one row: the outbox's error_class column and the
+// relay's error_class label (internal/relay's Classify maps a produce error to one).
+type ErrorClass string
+
+// Error classes. The record classes set the row aside; ClassTopic and ClassAuthorization pause
+// the row's topic; ClassTransient retries the row with backoff.
+const (
+	ClassRecordTooLarge     ErrorClass = "record_too_large"      // MESSAGE_TOO_LARGE, or larger than the client's batch limit
+	ClassRecordListTooLarge ErrorClass = "record_list_too_large" // RECORD_LIST_TOO_LARGE
+	ClassInvalidRecord      ErrorClass = "invalid_record"        // INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE
+	ClassTopic              ErrorClass = "topic"                 // the topic does not exist or its name is invalid
+	ClassAuthorization      ErrorClass = "authorization"         // topic or cluster authorization failed
+	ClassTransient          ErrorClass = "transient"             // anything else: retried
+)
+
+// ErrorClasses lists every ErrorClass (metric pre-creation).
+func ErrorClasses() []ErrorClass {
+	return []ErrorClass{ClassRecordTooLarge, ClassRecordListTooLarge, ClassInvalidRecord, ClassTopic, ClassAuthorization, ClassTransient}
+}
+
+// SetsAside reports whether a row that failed with c is set aside (a record error).
+func (c ErrorClass) SetsAside() bool {
+	return c == ClassRecordTooLarge || c == ClassRecordListTooLarge || c == ClassInvalidRecord
+}
+
+// SetAsideRow is an outbox row the relay set aside (internal/relay), as SetAside lists it.
 type SetAsideRow struct {
 	ID         int64
 	Topic      string
@@ -109,9 +137,7 @@ type SetAsideRow struct {
 
 // SetAside lists up to limit set-aside rows, oldest first.
 func SetAside(ctx context.Context, db Querier, limit int) ([]SetAsideRow, error) {
-	rows, err := db.Query(ctx, `SELECT id, topic, event_id, coalesce(length(record_key), 0) + coalesce(length(value), 0) + length(headers::text),
-			publish_failures, error_class, coalesce(last_error, ''), set_aside_at
-		FROM outbox WHERE set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL ORDER BY id LIMIT $1`, limit)
+	rows, err := db.Query(ctx, stmts.SQL("outbox_list_set_aside"), limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: set aside: %w", err)
 	}
@@ -133,8 +159,7 @@ var ErrNotSetAside = errors.New("outbox: no such set-aside row")
 // for instance): the relay publishes it on its next round, then the rows its key held back. It
 // returns ErrNotSetAside when id is not set aside.
 func Retry(ctx context.Context, db Querier, id int64) error {
-	tag, err := db.Exec(ctx, `UPDATE outbox SET set_aside_at = NULL, retry_at = NULL
-		WHERE id = $1 AND set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL`, id)
+	tag, err := db.Exec(ctx, stmts.SQL("outbox_retry_set_aside"), id)
 	if err != nil {
 		return fmt.Errorf("outbox: retry %d: %w", id, err)
 	}
@@ -151,8 +176,7 @@ func Discard(ctx context.Context, db Querier, id int64, reason string) error {
 	if reason == "" {
 		return errors.New("outbox: discard needs a reason")
 	}
-	tag, err := db.Exec(ctx, `UPDATE outbox SET discarded_at = now(), discard_reason = $2
-		WHERE id = $1 AND set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL`, id, reason)
+	tag, err := db.Exec(ctx, stmts.SQL("outbox_discard_set_aside"), id, reason)
 	if err != nil {
 		return fmt.Errorf("outbox: discard %d: %w", id, err)
 	}
@@ -172,8 +196,7 @@ type Querier interface {
 // gauge.
 func CountSetAside(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64
-	err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox
-		WHERE set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL`).Scan(&n)
+	err := pool.QueryRow(ctx, stmts.SQL("outbox_count_set_aside")).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: count set aside: %w", err)
 	}
@@ -185,8 +208,7 @@ func CountSetAside(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 func Backlog(ctx context.Context, pool *pgxpool.Pool) (int64, time.Duration, error) {
 	var n int64
 	var age *float64
-	err := pool.QueryRow(ctx, `SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-		FROM outbox WHERE published_at IS NULL AND discarded_at IS NULL`).Scan(&n, &age)
+	err := pool.QueryRow(ctx, stmts.SQL("outbox_count_backlog")).Scan(&n, &age)
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: backlog: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/providers"
@@ -33,7 +34,7 @@ func TestAdminAddressTakenFailsAtStartup(t *testing.T) {
 	defer cancel()
 	for name, run := range map[string]func() error{
 		"service.Run": func() error {
-			return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: nowhere, Brokers: []string{"127.0.0.1:1"}, AdminAddr: addr},
+			return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: nowhere, AdminAddr: addr, Publish: relay.ForService([]string{"127.0.0.1:1"}, nil)},
 				slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func(context.Context, *pgxpool.Pool) error { return nil })
 		},
 		"ingest.Run": func() error {

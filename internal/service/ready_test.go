@@ -16,6 +16,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 )
 
@@ -48,7 +49,7 @@ func TestReadyzNeedsABroker(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				done <- service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: pgtest.NewURL(t), Brokers: c.brokers, AdminAddr: "127.0.0.1:0"},
+				done <- service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: pgtest.NewURL(t), AdminAddr: "127.0.0.1:0", Publish: relay.ForService(c.brokers, nil)},
 					slog.New(slog.NewJSONHandler(&logs, nil)), prometheus.NewRegistry(),
 					func(ctx context.Context, _ *pgxpool.Pool) error { <-ctx.Done(); return nil })
 			}()

@@ -1,7 +1,8 @@
 // Package service holds what the service binaries share: Main (logger, signals, exit status),
 // OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a direct session),
-// and for the reconciler and escalator Run — the pool, the admin server, the outbox relay and
-// two-phase shutdown around their loop.
+// and for the reconciler and escalator Run — the pool, the admin server, the part that publishes
+// their outbox rows (Config.Publish: relay.ForService) and two-phase shutdown around their loop.
+// It links no Kafka client, so the query API, which only reads, links none either.
 package service
 
 import (
@@ -19,13 +20,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/kafka"
-	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/migrations"
@@ -39,16 +36,28 @@ type Config struct {
 	// ("": DatabaseURL; required behind a transaction pooler, see PoolConfig).
 	MigrateDatabaseURL string
 	Pooler             postgres.Pooler // what DatabaseURL reaches ("": none)
-	Brokers            []string
 	AdminAddr          string
 	// AdminStarted, when set, receives the admin server's bound address.
 	AdminStarted func(addr string)
 	// MaxDBConns bounds the pool (default DefaultRunConns; below RunNeeds().Min() Run refuses
 	// to start).
 	MaxDBConns int32
-	// OutputTopics are the topics the service's relay publishes to (its metric series are
-	// pre-created).
-	OutputTopics []string
+	// Publish starts the part that publishes the service's outbox rows beside its loop
+	// (relay.ForService: a Kafka client, the outbox relay and a broker watch; where relays run:
+	// docs/decisions.md). nil: the service publishes nothing.
+	Publish Publish
+}
+
+// Publish starts, on a service's pool, the part that publishes its outbox rows (relay.ForService).
+// name is the service's (Config.Name); reg receives the part's metrics.
+type Publish func(name string, pool *pgxpool.Pool, log *slog.Logger, reg *prometheus.Registry) (Publisher, error)
+
+// Publisher is a running service's publishing part.
+type Publisher interface {
+	// Run publishes until ctx ends, then closes what the part opened.
+	Run(ctx context.Context)
+	// Ready is the part's share of /readyz: nil while it can publish.
+	Ready() error
 }
 
 // DefaultRunConns is the pool of a service Run starts when Config.MaxDBConns is 0.
@@ -66,12 +75,12 @@ func (cfg Config) PoolConfig() PoolConfig {
 		MaxConns: cmp.Or(cfg.MaxDBConns, DefaultRunConns), Needs: RunNeeds(), Migrate: true}
 }
 
-// Run opens and migrates the pool, starts the admin server and the outbox relay, runs loop
-// until ctx ends, then stops the relay, closes the Kafka client and the pool last. A pool
-// smaller than RunNeeds, or a transaction pooler without a direct URL to migrate over, is a
-// configuration error (postgres.ErrConfig), returned at once. /readyz is
-// ready while no outbox topic is paused, a broker answered within kafka.AnsweredWithin
-// (kafka.BrokerWatch) and PostgreSQL answers.
+// Run opens and migrates the pool, starts the admin server and cfg.Publish's part, runs loop
+// until ctx ends, then stops the part (relay.ForService: the relay, then its Kafka client) and
+// closes the pool last. A pool smaller than RunNeeds, or a transaction pooler without a direct
+// URL to migrate over, is a configuration error (postgres.ErrConfig), returned at once. /readyz
+// is ready while the part is (relay.ForService: no outbox topic paused, a broker answered
+// within kafka.AnsweredWithin) and PostgreSQL answers.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
 	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	admin, err := telemetry.Listen(cfg.AdminAddr)
@@ -84,29 +93,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Regi
 		return err
 	}
 	defer pool.Close()
-	cl, err := kgo.NewClient(kafka.Options(cfg.Brokers, log, reg, cfg.Name)...)
-	if err != nil {
-		return err
+	var pub Publisher
+	if cfg.Publish != nil {
+		if pub, err = cfg.Publish(cfg.Name, pool, log, reg); err != nil {
+			return err
+		}
 	}
-	defer cl.Close()
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stop()
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: log, Metrics: outbox.NewRelayMetrics(reg, cfg.OutputTopics),
-		Config: outbox.RelayConfig{Holder: cfg.Name + "-" + uuid.NewString()}}
-	wg.Go(func() { _ = relay.Run(bg) })
-	brokers := kafka.NewBrokerWatch(cl)
-	wg.Go(func() { brokers.Run(bg) })
+	if pub != nil {
+		wg.Go(func() { pub.Run(bg) })
+	}
 	wg.Go(func() {
-		// Ready only while it can publish: a broker answered lately, whether or not this
-		// service's relay holds the lease now.
+		// Ready only while it can publish (relay.ForService: a broker answered lately, whether
+		// or not this service's relay holds the lease now).
 		ready := func(ctx context.Context) error {
-			if err := relay.Ready(); err != nil {
-				return err
-			}
-			if err := brokers.Ready(); err != nil {
-				return err
+			if pub != nil {
+				if err := pub.Ready(); err != nil {
+					return err
+				}
 			}
 			return pool.Ping(ctx)
 		}

@@ -1,5 +1,6 @@
 -- +goose Up
--- bookrecon schema v1. Rules: DESIGN.md "Storage rules", "Attempt states", "Escalations".
+-- bookrecon schema v1. Rules: docs/design.md#storage-rules, docs/design.md#attempt-states,
+-- docs/design.md#escalations.
 
 -- processed_event: insert-first dedup of every consumed record, partitioned by the UTC day of
 -- the event's occurredAt (a deterministic property of the event, so a redelivery lands on the
@@ -50,7 +51,7 @@ CREATE TABLE booking_attempt (
     request_sent               boolean,
     started_at                 timestamptz, -- occurredAt of attempt.started, once applied
     first_event_at             timestamptz NOT NULL, -- occurredAt of the first applied event
-    window_start               timestamptz NOT NULL, -- DESIGN.md "Reconciliation": later of occurredAt and recorded time
+    window_start               timestamptz NOT NULL, -- docs/design.md#window-start: later of occurredAt and recorded time
     failed_fact_at             timestamptz, -- when the failure became a fact (event occurredAt or verdict time)
     created_at                 timestamptz NOT NULL DEFAULT now(),
     updated_at                 timestamptz NOT NULL DEFAULT now(),

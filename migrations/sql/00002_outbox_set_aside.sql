@@ -5,7 +5,7 @@
 -- that fails transiently is retried with backoff (retry_at). While a row is unpublished and set
 -- aside or waiting to retry, its (topic, record_key) is parked: the key's later rows wait.
 
--- A dead letter of a Kafka tombstone keeps its null value (DESIGN.md "Contract v1": the
+-- A dead letter of a Kafka tombstone keeps its null value (docs/design.md#dead-letters: the
 -- original bytes).
 ALTER TABLE outbox ALTER COLUMN value DROP NOT NULL;
 

@@ -3,7 +3,7 @@
 //
 // The suite is driven by the capability map: for each provider in it, it builds its own truth,
 // asks a fresh provider for it at chosen instants and checks what the port promises
-// (DESIGN.md, "Reconciliation"):
+// (docs/design.md#reconciliation):
 //
 //   - a supported lookup kind finds exactly the record asked for, whatever its status;
 //   - an unsupported kind is a contract error wrapping providers.ErrUnsupportedLookup;

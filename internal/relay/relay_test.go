@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
 )
 
 // TestRelaySurvivesBrokerFaults injects produce failures with kfake (the in-process fake
@@ -69,11 +70,11 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	rl := &relay.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if got, err := relay.RunOnce(octx, 100); err == nil || got != 0 {
+	if got, err := rl.RunOnce(octx, 100); err == nil || got != 0 {
 		t.Fatalf("RunOnce during the outage = %d, %v; want 0 and an error", got, err)
 	}
 	if fault.Failed.Load() == 0 {
@@ -84,7 +85,7 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 	}
 
 	fault.On.Store(false)
-	if got, err := relay.RunOnce(ctx, 100); err != nil || got != n {
+	if got, err := rl.RunOnce(ctx, 100); err != nil || got != n {
 		t.Fatalf("RunOnce after recovery = %d, %v; want %d", got, err, n)
 	}
 	if backlog, _, _ := outbox.Backlog(ctx, pool); backlog != 0 {
@@ -107,7 +108,7 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 			var i int
 			_, _ = fmt.Sscanf(string(r.Value), `{"n":%d}`, &i)
 			id := fmt.Sprintf("e%02d", i)
-			if len(r.Headers) != 2 || string(r.Headers[0].Value) != id || kafkatest.Header(r, outbox.TokenHeader) != "1" || string(r.Key) != fmt.Sprintf("bi_%d", i%4) {
+			if len(r.Headers) != 2 || string(r.Headers[0].Value) != id || kafkatest.Header(r, relay.TokenHeader) != "1" || string(r.Key) != fmt.Sprintf("bi_%d", i%4) {
 				t.Errorf("record %s: key %q headers %v", id, r.Key, r.Headers)
 			}
 			if prev, ok := last[string(r.Key)]; ok && i < prev {
@@ -160,10 +161,10 @@ func TestRelayOutageLogsOnChange(t *testing.T) {
 	}
 	defer cl.Close()
 	var buf logtest.Buffer
-	relay := &outbox.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	rl := &relay.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = relay.Run(rctx) }()
+	go func() { defer close(done); _ = rl.Run(rctx) }()
 	defer func() { cancel(); <-done }()
 
 	time.Sleep(3500 * time.Millisecond) // four failed rounds, a second apart

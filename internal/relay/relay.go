@@ -1,8 +1,16 @@
-package outbox
+// Package relay publishes the transactional outbox (internal/outbox) to Kafka: Relay reads
+// unpublished rows in id order, produces them in order per (topic, record key) and marks them
+// published. One relay is active at a time for the whole outbox, elected by the outbox_lease row
+// with a fencing token (lease.go). A relay runs inside each service that writes outbox rows —
+// the ingester, the reconciler and the escalator — and nowhere else (docs/decisions.md, "Where
+// relays run"); ForService starts one for service.Run. Its SQL is sql/outbox.sql and
+// sql/outbox_lease.sql.
+package relay
 
 import (
 	"cmp"
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,13 +29,21 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bookrecon/bookrecon/internal/outbox"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 
-// RelayConfig configures a Relay. Zero values take the documented defaults.
-type RelayConfig struct {
-	// Holder names this relay in outbox_lease (default the service name given to NewRelay's
-	// caller plus a random UUID; any unique string).
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// stmts are the relay's named statements (sql/outbox.sql, sql/outbox_lease.sql).
+var stmts = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
+
+// Config configures a Relay. Zero values take the documented defaults.
+type Config struct {
+	// Holder names this relay in outbox_lease (default "relay-" and a random UUID; any unique
+	// string; ForService gives the service's name and a UUID).
 	Holder string
 	// LeaseTTL is how long an assertion of the lease lasts (default 10s); the holder re-asserts it
 	// every third of that and stops publishing LeaseMargin before its own deadline, so it stops
@@ -51,7 +67,7 @@ type RelayConfig struct {
 	Topics []string
 }
 
-func (c RelayConfig) withDefaults() RelayConfig {
+func (c Config) withDefaults() Config {
 	c.Holder = cmp.Or(c.Holder, "relay-"+uuid.NewString())
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 10*time.Second)
 	c.LeaseMargin = cmp.Or(c.LeaseMargin, c.LeaseTTL/5)
@@ -63,52 +79,28 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	return c
 }
 
-// ErrorClass classifies a failed publish of one row (the error_class label and column).
-type ErrorClass string
-
-// Error classes. The record classes set the row aside; ClassTopic and ClassAuthorization pause
-// the row's topic; ClassTransient retries the row with backoff.
-const (
-	ClassRecordTooLarge     ErrorClass = "record_too_large"      // MESSAGE_TOO_LARGE, or larger than the client's batch limit
-	ClassRecordListTooLarge ErrorClass = "record_list_too_large" // RECORD_LIST_TOO_LARGE
-	ClassInvalidRecord      ErrorClass = "invalid_record"        // INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE
-	ClassTopic              ErrorClass = "topic"                 // the topic does not exist or its name is invalid
-	ClassAuthorization      ErrorClass = "authorization"         // topic or cluster authorization failed
-	ClassTransient          ErrorClass = "transient"             // anything else: retried
-)
-
-// ErrorClasses lists every ErrorClass (metric pre-creation).
-func ErrorClasses() []ErrorClass {
-	return []ErrorClass{ClassRecordTooLarge, ClassRecordListTooLarge, ClassInvalidRecord, ClassTopic, ClassAuthorization, ClassTransient}
-}
-
 // Classify returns the class of a produce error: record errors are the record's own (the broker
 // refuses it whatever happens around it), topic and authorization errors hit every row of the
 // topic, and everything else is transient. It classifies by franz-go's typed errors, never by
 // message text.
-func Classify(err error) ErrorClass {
+func Classify(err error) outbox.ErrorClass {
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge):
-		return ClassRecordTooLarge
+		return outbox.ClassRecordTooLarge
 	case errors.Is(err, kerr.RecordListTooLarge):
-		return ClassRecordListTooLarge
+		return outbox.ClassRecordListTooLarge
 	case errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.InvalidTimestamp), errors.Is(err, kerr.CorruptMessage):
-		return ClassInvalidRecord
+		return outbox.ClassInvalidRecord
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.InvalidTopicException):
-		return ClassTopic
+		return outbox.ClassTopic
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return ClassAuthorization
+		return outbox.ClassAuthorization
 	}
-	return ClassTransient
+	return outbox.ClassTransient
 }
 
-// SetsAside reports whether a row that failed with c is set aside (a record error).
-func (c ErrorClass) SetsAside() bool {
-	return c == ClassRecordTooLarge || c == ClassRecordListTooLarge || c == ClassInvalidRecord
-}
-
-// RelayMetrics are the relay's series.
-type RelayMetrics struct {
+// Metrics are the relay's series.
+type Metrics struct {
 	// PublishFailures counts failed publishes of a row by topic and error class
 	// (bookrecon_outbox_publish_failures_total); a record class means the row was set aside.
 	PublishFailures *prometheus.CounterVec
@@ -122,10 +114,10 @@ type RelayMetrics struct {
 	Active prometheus.Gauge
 }
 
-// NewRelayMetrics registers the relay's series on reg (nil: not registered), pre-creating those
+// NewMetrics registers the relay's series on reg (nil: not registered), pre-creating those
 // of topics.
-func NewRelayMetrics(reg prometheus.Registerer, topics []string) *RelayMetrics {
-	m := &RelayMetrics{
+func NewMetrics(reg prometheus.Registerer, topics []string) *Metrics {
+	m := &Metrics{
 		PublishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_outbox_publish_failures_total",
 			Help: "Outbox rows whose publish failed, by topic and error class; record classes (record_too_large, record_list_too_large, invalid_record) set the row aside."},
 			[]string{"topic", "error_class"}),
@@ -141,7 +133,7 @@ func NewRelayMetrics(reg prometheus.Registerer, topics []string) *RelayMetrics {
 	}
 	for _, t := range topics {
 		m.TopicPaused.WithLabelValues(t)
-		for _, c := range ErrorClasses() {
+		for _, c := range outbox.ErrorClasses() {
 			m.PublishFailures.WithLabelValues(t, string(c))
 		}
 	}
@@ -150,10 +142,11 @@ func NewRelayMetrics(reg prometheus.Registerer, topics []string) *RelayMetrics {
 
 // Relay publishes outbox rows in id order, in order per (topic, record key), and isolates what it
 // cannot publish: a row the broker refuses for its own sake is set aside with its error (kept,
-// listed by SetAside, released by Retry or Discard) and parks its (topic, record key) — the key's
-// later rows wait, every other key flows; a topic or authorization error pauses that topic
-// (readiness false, TopicPaused); a transient failure of some rows retries them with backoff
-// (retry_at, also parking their keys); a failure of every row is an outage that pauses the round.
+// listed by outbox.SetAside, released by outbox.Retry or outbox.Discard) and parks its (topic,
+// record key) — the key's later rows wait, every other key flows; a topic or authorization error
+// pauses that topic (readiness false, TopicPaused); a transient failure of some rows retries them
+// with backoff (retry_at, also parking their keys); a failure of every row is an outage that
+// pauses the round.
 // Rows published are marked one by one, so one failure never republishes the others.
 //
 // One relay publishes at a time for the whole outbox, elected by the outbox_lease row with a
@@ -164,9 +157,9 @@ func NewRelayMetrics(reg prometheus.Registerer, topics []string) *RelayMetrics {
 type Relay struct {
 	Pool    *pgxpool.Pool
 	Client  *kgo.Client
-	Config  RelayConfig
+	Config  Config
 	Logger  *slog.Logger
-	Metrics *RelayMetrics // nil: a set of its own, unregistered
+	Metrics *Metrics // nil: a set of its own, unregistered
 	// Published, when set, is called with the number of records of each round.
 	Published func(n int)
 
@@ -175,11 +168,17 @@ type Relay struct {
 	mu     sync.Mutex
 	paused map[string]topicPause
 	// pauseLog logs the rounds an outage fails: when it starts, then every 30 s with repeats.
-	pauseLog *telemetry.Repeated
-	// leaseDelay, when set, runs before every lease assertion (tests delay a renewal);
-	// beforeMark, when set, runs between a round's produce and its mark (tests lapse the lease
-	// there).
-	leaseDelay, beforeMark func()
+	pauseLog    *telemetry.Repeated
+	testSignals testSignals
+}
+
+// testSignals are the relay's test signals (river's clientTestSignals): unexported, zero in
+// production, set by this package's tests (export_test.go) before the relay's first use.
+type testSignals struct {
+	// leaseDelay runs before every lease assertion (tests delay a renewal past the lease).
+	leaseDelay func()
+	// beforeMark runs between a round's produce and its mark (tests lapse the lease there).
+	beforeMark func()
 }
 
 // topicPause is a topic paused after a topic or authorization error.
@@ -193,14 +192,14 @@ func (r *Relay) init() {
 	r.once.Do(func() {
 		r.Config = r.Config.withDefaults()
 		if r.Metrics == nil {
-			r.Metrics = NewRelayMetrics(nil, r.Config.Topics)
+			r.Metrics = NewMetrics(nil, r.Config.Topics)
 		}
 		if r.Logger == nil {
 			r.Logger = slog.Default()
 		}
 		r.paused = map[string]topicPause{}
 		r.pauseLog = &telemetry.Repeated{Logger: r.Logger, Level: slog.LevelWarn, Msg: "outbox relay paused"}
-		r.lease = &lease{pool: r.Pool, holder: r.Config.Holder, ttl: r.Config.LeaseTTL, margin: r.Config.LeaseMargin, delay: r.leaseDelay}
+		r.lease = &lease{pool: r.Pool, holder: r.Config.Holder, ttl: r.Config.LeaseTTL, margin: r.Config.LeaseMargin, delay: r.testSignals.leaseDelay}
 	})
 }
 
@@ -299,7 +298,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	var published []int64
 	type failure struct {
 		row   *row
-		class ErrorClass
+		class outbox.ErrorClass
 		err   error
 	}
 	var failed []failure
@@ -353,7 +352,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 			if w.rec.Key != nil {
 				stopped[keyOf(w)] = true
 			}
-			if class == ClassTopic || class == ClassAuthorization {
+			if class == outbox.ClassTopic || class == outbox.ClassAuthorization {
 				pausing[w.rec.Topic] = err
 			} else {
 				reached[w.rec.Topic] = true // the topic exists and takes writes: not paused
@@ -377,13 +376,12 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer wcancel()
 	// Marks first: a crash after the produce republishes, so the sooner the better.
-	if r.beforeMark != nil && len(published) > 0 {
-		r.beforeMark()
+	if r.testSignals.beforeMark != nil && len(published) > 0 {
+		r.testSignals.beforeMark()
 	}
 	if len(published) > 0 {
 		mark := func(token int64) (int64, error) {
-			tag, err := r.Pool.Exec(wctx, `UPDATE outbox SET published_at = now(), retry_at = NULL WHERE id = ANY($1) AND `+fenced(2),
-				published, token)
+			tag, err := r.Pool.Exec(wctx, stmts.SQL("outbox_mark_published"), published, token)
 			return tag.RowsAffected(), err
 		}
 		n, err := mark(token)
@@ -419,6 +417,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	transient := 0
 	var ids []int64
 	var classes, errs []string
+	var aside []bool
 	var waits []time.Duration
 	for _, f := range failed {
 		r.Metrics.PublishFailures.WithLabelValues(f.row.rec.Topic, string(f.class)).Inc()
@@ -426,7 +425,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		case f.class.SetsAside():
 			r.Logger.Error("outbox row set aside: the broker refuses it; retry it after a fix or discard it (bookrecon outbox)",
 				"outbox_id", f.row.id, "event_id", f.row.eventID, "topic", f.row.rec.Topic, "error_class", f.class, "err", f.err)
-		case f.class == ClassTransient:
+		case f.class == outbox.ClassTransient:
 			transient++
 			if ctx.Err() != nil {
 				continue // failed because of the shutdown: nothing to record on the row
@@ -438,6 +437,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		}
 		ids = append(ids, f.row.id)
 		classes = append(classes, string(f.class))
+		aside = append(aside, f.class.SetsAside())
 		errs = append(errs, errorText(f.err))
 		waits = append(waits, r.retryWait(f.row.failures+1))
 	}
@@ -446,7 +446,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		return 0, fmt.Errorf("outbox: produce: %w", failed[0].err)
 	}
 	if len(ids) > 0 {
-		if err := r.recordFailures(wctx, token, ids, classes, errs, waits); err != nil {
+		if err := r.recordFailures(wctx, token, ids, classes, errs, aside, waits); err != nil {
 			return len(published), err
 		}
 	}
@@ -454,12 +454,6 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		r.Published(len(published))
 	}
 	return len(published), nil
-}
-
-// fenced is the condition every write of the relay carries: its token, parameter $n, is the
-// lease's, unexpired.
-func fenced(n int) string {
-	return fmt.Sprintf(`EXISTS (SELECT 1 FROM outbox_lease WHERE name = 'outbox' AND token = $%d AND expires_at > now())`, n)
 }
 
 func b2f(b bool) float64 {
@@ -471,15 +465,7 @@ func b2f(b bool) float64 {
 
 // read returns the round's rows (see RunOnce).
 func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
-	rows, err := r.Pool.Query(ctx, `SELECT id, topic, record_key, value, headers, publish_failures, event_id FROM outbox o
-		WHERE published_at IS NULL AND discarded_at IS NULL AND set_aside_at IS NULL
-			AND (retry_at IS NULL OR retry_at <= now())
-			AND NOT (topic = ANY($2::text[]))
-			AND NOT EXISTS (SELECT 1 FROM outbox p
-				WHERE p.topic = o.topic AND md5(p.record_key) = md5(o.record_key) AND p.id < o.id
-					AND p.published_at IS NULL AND p.discarded_at IS NULL
-					AND (p.set_aside_at IS NOT NULL OR p.retry_at IS NOT NULL) AND (p.set_aside_at IS NOT NULL OR p.retry_at > now()))
-		ORDER BY id LIMIT $1`, batch, r.pausedTopics())
+	rows, err := r.Pool.Query(ctx, stmts.SQL("outbox_select_round"), batch, r.pausedTopics())
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read: %w", err)
 	}
@@ -490,7 +476,7 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 		if err := cr.Scan(&w.id, &topic, &key, &value, &headers, &w.failures, &w.eventID); err != nil {
 			return nil, err
 		}
-		var hs []Header
+		var hs []outbox.Header
 		if err := json.Unmarshal(headers, &hs); err != nil {
 			return nil, fmt.Errorf("row %d headers: %w", w.id, err)
 		}
@@ -506,18 +492,14 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 	return out, nil
 }
 
-// recordFailures records failed rows: a record class sets the row aside, a transient one sets
-// retry_at after its wait.
-func (r *Relay) recordFailures(ctx context.Context, token int64, ids []int64, classes, errs []string, waits []time.Duration) error {
+// recordFailures records failed rows (parallel slices): a row with aside set (a record class) is
+// set aside, any other gets retry_at after its wait.
+func (r *Relay) recordFailures(ctx context.Context, token int64, ids []int64, classes, errs []string, aside []bool, waits []time.Duration) error {
 	ms := make([]int64, len(waits))
 	for i, w := range waits {
 		ms[i] = w.Milliseconds()
 	}
-	_, err := r.Pool.Exec(ctx, `UPDATE outbox o SET publish_failures = o.publish_failures + 1, error_class = f.class, last_error = f.err,
-			set_aside_at = CASE WHEN f.class = 'transient' THEN NULL ELSE now() END,
-			retry_at = CASE WHEN f.class = 'transient' THEN now() + f.ms * interval '1 millisecond' END
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS f(id, class, err, ms)
-		WHERE o.id = f.id AND `+fenced(5), ids, classes, errs, ms, token)
+	_, err := r.Pool.Exec(ctx, stmts.SQL("outbox_record_failures"), ids, classes, errs, aside, ms, token)
 	if err != nil {
 		return fmt.Errorf("outbox: record publish failures: %w", err)
 	}

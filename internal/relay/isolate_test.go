@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"bytes"
@@ -25,15 +25,16 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
 )
 
 // relayEnv is one relay test's database, broker client and relay.
 type relayEnv struct {
 	pool    *pgxpool.Pool
 	adm     *kadm.Client
-	relay   *outbox.Relay
+	relay   *relay.Relay
 	reg     *prometheus.Registry
-	metrics *outbox.RelayMetrics
+	metrics *relay.Metrics
 }
 
 func newRelayEnv(t *testing.T, topics ...string) *relayEnv {
@@ -45,9 +46,9 @@ func newRelayEnv(t *testing.T, topics ...string) *relayEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	e.metrics = outbox.NewRelayMetrics(e.reg, topics)
-	e.relay = &outbox.Relay{Pool: e.pool, Client: cl, Metrics: e.metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Config: outbox.RelayConfig{RetryInitial: 50 * time.Millisecond, TopicPause: 200 * time.Millisecond}}
+	e.metrics = relay.NewMetrics(e.reg, topics)
+	e.relay = &relay.Relay{Pool: e.pool, Client: cl, Metrics: e.metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config: relay.Config{RetryInitial: 50 * time.Millisecond, TopicPause: 200 * time.Millisecond}}
 	return e
 }
 

@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -54,17 +54,11 @@ func (l *lease) assert(ctx context.Context) (int64, bool, error) {
 	var err error
 	if held {
 		// Renew, keeping the token, only while our hold has not expired on the database clock.
-		err = l.pool.QueryRow(ctx, `UPDATE outbox_lease SET expires_at = now() + $3::interval
-			WHERE name = 'outbox' AND holder = $1 AND token = $2 AND expires_at > now() RETURNING token`,
-			l.holder, token, ttl).Scan(&got)
+		err = l.pool.QueryRow(ctx, stmts.SQL("outbox_lease_renew"), l.holder, token, ttl).Scan(&got)
 	}
 	if !held || errors.Is(err, pgx.ErrNoRows) {
 		// Acquire: a free row, or an expired one whoever held it; the token is bumped.
-		err = l.pool.QueryRow(ctx, `INSERT INTO outbox_lease (name, holder, token, expires_at) VALUES ('outbox', $1, 1, now() + $2::interval)
-			ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, token = outbox_lease.token + 1,
-				acquired_at = now(), expires_at = EXCLUDED.expires_at
-			WHERE outbox_lease.expires_at <= now()
-			RETURNING token`, l.holder, ttl).Scan(&got)
+		err = l.pool.QueryRow(ctx, stmts.SQL("outbox_lease_acquire"), l.holder, ttl).Scan(&got)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -113,6 +107,6 @@ func (l *lease) release(ctx context.Context) {
 	l.token, l.deadline = 0, time.Time{}
 	l.mu.Unlock()
 	if held {
-		_, _ = l.pool.Exec(ctx, `UPDATE outbox_lease SET expires_at = now() WHERE name = 'outbox' AND holder = $1 AND token = $2`, l.holder, token)
+		_, _ = l.pool.Exec(ctx, stmts.SQL("outbox_lease_release"), l.holder, token)
 	}
 }

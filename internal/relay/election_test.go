@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
 )
 
 // TestRelayElectionCannotSplit runs two relays on one outbox while rows keep arriving. Mid-run
@@ -46,8 +47,8 @@ func TestRelayElectionCannotSplit(t *testing.T) {
 
 	type relayRun struct {
 		name    string
-		relay   *outbox.Relay
-		metrics *outbox.RelayMetrics
+		relay   *relay.Relay
+		metrics *relay.Metrics
 		lapse   atomic.Int32 // 1: lapse the lease before the next mark; 2: inside the next renewal
 	}
 	const ttl = 800 * time.Millisecond
@@ -69,10 +70,10 @@ func TestRelayElectionCannotSplit(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(cl.Close)
-		rr := &relayRun{name: name, metrics: outbox.NewRelayMetrics(nil, []string{topic})}
-		rr.relay = &outbox.Relay{Pool: pool, Client: cl, Metrics: rr.metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Config: outbox.RelayConfig{Holder: name, LeaseTTL: ttl, Batch: 50, Interval: 10 * time.Millisecond}}
-		outbox.SetTestHooks(rr.relay,
+		rr := &relayRun{name: name, metrics: relay.NewMetrics(nil, []string{topic})}
+		rr.relay = &relay.Relay{Pool: pool, Client: cl, Metrics: rr.metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Config: relay.Config{Holder: name, LeaseTTL: ttl, Batch: 50, Interval: 10 * time.Millisecond}}
+		relay.SetTestSignals(rr.relay,
 			func() {
 				if rr.lapse.CompareAndSwap(2, 0) {
 					time.Sleep(2 * ttl) // a renewal delayed past the lease (a GC pause, a stalled host)
@@ -177,9 +178,9 @@ func TestRelayElectionCannotSplit(t *testing.T) {
 	repeats := 0
 	for _, r := range recs {
 		id := kafkatest.Header(r, "ce_id")
-		tok, err := strconv.ParseInt(kafkatest.Header(r, outbox.TokenHeader), 10, 64)
+		tok, err := strconv.ParseInt(kafkatest.Header(r, relay.TokenHeader), 10, 64)
 		if err != nil || tok < 1 {
-			t.Fatalf("record %s: token header %q", id, kafkatest.Header(r, outbox.TokenHeader))
+			t.Fatalf("record %s: token header %q", id, kafkatest.Header(r, relay.TokenHeader))
 		}
 		if tok < lastToken[r.Partition] {
 			t.Errorf("partition %d: token %d after %d (record %s): two relays published at once", r.Partition, tok, lastToken[r.Partition], id)

@@ -1,0 +1,14 @@
+package relay
+
+import (
+	"testing"
+
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+)
+
+// TestStatementsPrepare prepares every statement of sql/outbox.sql and sql/outbox_lease.sql
+// against the migrated schema.
+func TestStatementsPrepare(t *testing.T) {
+	t.Parallel()
+	pgtest.PrepareStatements(t, stmts)
+}
