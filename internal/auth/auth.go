@@ -1,5 +1,5 @@
-// Package auth authenticates and authorizes bookrecon's public HTTP routes (DESIGN.md Part 2,
-// "Authentication and tenant isolation"): every /v1 route requires `Authorization: Bearer
+// Package auth authenticates and authorizes bookrecon's public HTTP routes (docs/api.md;
+// docs/design.md, "Part 2"): every /v1 route requires `Authorization: Bearer
 // <token>`; the token's SHA-256 is looked up, in constant time, in the tokens file (File:
 // hash → tenant, principal, scopes), which Tokens re-reads on SIGHUP and whenever it changes
 // (Watch). A route then needs its scope and, when its pattern has a {tenant} wildcard, the

@@ -25,8 +25,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The exact answers of DESIGN.md Part 2 "Authentication and tenant isolation", as documented
-// in docs/api.md.
+// The exact answers documented in docs/api.md, "Authentication".
 const (
 	bodyMissing   = `{"type":"about:blank","title":"Unauthorized","status":401,"code":"unauthenticated","detail":"send Authorization: Bearer <token>; the operator issues tokens with bookrecon tokens add"}` + "\n"
 	bodyMalformed = `{"type":"about:blank","title":"Unauthorized","status":401,"code":"unauthenticated","detail":"the Authorization header must be Bearer followed by one token"}` + "\n"

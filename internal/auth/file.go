@@ -17,8 +17,7 @@ import (
 	"github.com/goccy/go-yaml"
 )
 
-// Scope is a permission a token grants (DESIGN.md Part 2, "Authentication and tenant
-// isolation").
+// Scope is a permission a token grants (docs/api.md, "Authentication"; the specification's Part 2).
 type Scope string
 
 // The scopes.

@@ -1,7 +1,5 @@
 // Package problem writes bookrecon's HTTP error bodies: RFC 9457 problem details
-// (application/problem+json) with a stable machine-readable code (DESIGN.md Part 2,
-// "Authentication and tenant isolation": "Errors are application/problem+json with a stable
-// code"). Every /v1 route answers its 4xx and 5xx through Write; docs/api.md lists the codes.
+// (application/problem+json) with a stable machine-readable code (docs/api.md, "Errors"). Every /v1 route answers its 4xx and 5xx through Write; docs/api.md lists the codes.
 package problem
 
 import (

@@ -26,8 +26,8 @@ type Config struct {
 	// Addr is where Run listens for the API (default 127.0.0.1:8080).
 	Addr string
 	// AdminAddr is where Run serves /metrics, /livez, /readyz and pprof, unauthenticated
-	// (default 127.0.0.1:9104); never the API's address (DESIGN.md Part 2, "Authentication and
-	// tenant isolation").
+	// (default 127.0.0.1:9104); never the API's address (docs/api.md,
+	// "Authentication").
 	AdminAddr string
 	// AdminStarted, when set, receives the admin server's bound address.
 	AdminStarted func(addr string)
