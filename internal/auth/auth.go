@@ -109,6 +109,9 @@ type Metrics struct {
 	Reloads *prometheus.CounterVec
 	// Tokens is how many tokens are in force: bookrecon_auth_tokens.
 	Tokens prometheus.Gauge
+	// FileInvalid is 1 while the tokens file's last re-read failed, so the file on disk is not
+	// what is in force (a revocation in it is not applied): bookrecon_auth_tokens_file_invalid.
+	FileInvalid prometheus.Gauge
 }
 
 // NewMetrics registers the metrics on reg (nil: a private registry).
@@ -123,8 +126,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Re-reads of the tokens file (on SIGHUP or a change), by result: ok, unchanged, error (the tokens in force stay)."}, []string{"result"}),
 		Tokens: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bookrecon_auth_tokens",
 			Help: "Tokens in force, from the tokens file last read successfully."}),
+		FileInvalid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bookrecon_auth_tokens_file_invalid",
+			Help: "1 while the tokens file's last re-read failed: the tokens in force are older than the file (a revocation in it is not applied)."}),
 	}
-	for _, c := range []prometheus.Collector{m.Denials, m.Reloads, m.Tokens} {
+	for _, c := range []prometheus.Collector{m.Denials, m.Reloads, m.Tokens, m.FileInvalid} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -214,8 +219,10 @@ func (t *Tokens) load() (changed bool, err error) {
 // cause says why, for the log (sighup, change).
 func (t *Tokens) Reload(cause string) error {
 	changed, err := t.load()
+	t.metrics.FileInvalid.Set(0)
 	switch {
 	case err != nil:
+		t.metrics.FileInvalid.Set(1)
 		t.metrics.Reloads.WithLabelValues(ReloadError).Inc()
 		t.log.Error("tokens file not reloaded: the tokens read before stay in force; fix the file", "path", t.path, "cause", cause, "err", err)
 	case changed:

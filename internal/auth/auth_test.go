@@ -319,6 +319,9 @@ func TestReloadOnChange(t *testing.T) {
 	if got := testutil.ToFloat64(tk.Metrics().Tokens); got != 1 {
 		t.Errorf("bookrecon_auth_tokens = %v, want 1 (the file last read successfully)", got)
 	}
+	if got := testutil.ToFloat64(tk.Metrics().FileInvalid); got != 1 {
+		t.Errorf("bookrecon_auth_tokens_file_invalid = %v, want 1 while the file does not read", got)
+	}
 	for _, want := range []string{
 		`tokens[0]: sha256 holds a token, not its hash: remove the entry, and issue a new token with bookrecon tokens add (this one is exposed)`,
 		`"msg":"tokens file not reloaded: the tokens read before stay in force; fix the file"`,
@@ -326,6 +329,15 @@ func TestReloadOnChange(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, logs)
 		}
+	}
+	// Fixed: the file is read again, and the gauge falls back.
+	if err := auth.WriteFile(path, auth.File{Tokens: []auth.Entry{{SHA256: auth.Hash(toks[0]), Tenant: "t_a", Principal: "checkout",
+		Scopes: []auth.Scope{auth.ScopeAttemptsRead}}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fixed file read", func() bool { return accepts(toks[0]) && !accepts(tok2) })
+	if got := testutil.ToFloat64(tk.Metrics().FileInvalid); got != 0 {
+		t.Errorf("bookrecon_auth_tokens_file_invalid = %v after the fix, want 0", got)
 	}
 	for _, secret := range []string{pasted, toks[0], tok2, pasted[len(auth.TokenPrefix):]} {
 		if strings.Contains(logs.String(), secret) {
