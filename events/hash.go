@@ -243,7 +243,7 @@ func finiteNumbers(raw []byte) error {
 	dec := jsontext.NewDecoder(bytes.NewReader(raw))
 	for {
 		tok, err := dec.ReadToken()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

@@ -2,16 +2,37 @@ package processedevent_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/migrations"
 	"github.com/bookrecon/bookrecon/processedevent"
 )
+
+// TestMain skips Example under -short: it needs PostgreSQL, and an example cannot skip itself
+// (pgtest.SkipShort needs a testing.TB), so it is added to -test.skip, saying so.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Fprintln(os.Stderr, "processedevent: Example skipped under -short: it needs PostgreSQL (BOOKRECON_DATABASE_URL)")
+		skip := "^Example$"
+		if s := flag.Lookup("test.skip").Value.String(); s != "" {
+			skip = s + "|" + skip
+		}
+		if err := flag.Set("test.skip", skip); err != nil {
+			panic(err)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // Insert-first dedup inside the caller's transaction: the first delivery applies, the
 // redelivery of the identical record is a duplicate, a different record reusing the id is a

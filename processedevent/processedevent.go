@@ -7,18 +7,27 @@
 // The table is partitioned by occurred_day, the UTC day of the event's occurredAt: producers
 // republish identical records, so a redelivery lands on the same partition. EnsurePartitions
 // creates the partitions a batch needs and DropBefore removes whole partitions once they are
-// older than the retention (docs/retention.md).
+// older than the retention (docs/retention.md). Its SQL is in sql/processed_event.sql.
 package processedevent
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
 )
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// stmts are the package's named statements (sql/processed_event.sql).
+var stmts = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
 
 // Execer runs a statement: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 type Execer interface {
@@ -83,9 +92,7 @@ type Store struct {
 // the event and must apply its effects in the same transaction; Duplicate and Collision mean it
 // must not. A missing partition for e's day is an error (call EnsurePartitions first).
 func (s Store) Insert(ctx context.Context, tx pgx.Tx, e Event) (Outcome, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
-		s.Consumer, e.TenantID, e.EventID, e.Day(), e.Hash)
+	tag, err := tx.Exec(ctx, stmts.SQL("processed_event_insert"), s.Consumer, e.TenantID, e.EventID, e.Day(), e.Hash)
 	if err != nil {
 		return 0, fmt.Errorf("processedevent: insert %s/%s: %w", e.TenantID, e.EventID, err)
 	}
@@ -93,9 +100,7 @@ func (s Store) Insert(ctx context.Context, tx pgx.Tx, e Event) (Outcome, error) 
 		return Applied, nil
 	}
 	var stored string
-	err = tx.QueryRow(ctx, `SELECT event_hash FROM processed_event
-		WHERE consumer = $1 AND tenant_id = $2 AND event_id = $3 AND occurred_day = $4`,
-		s.Consumer, e.TenantID, e.EventID, e.Day()).Scan(&stored)
+	err = tx.QueryRow(ctx, stmts.SQL("processed_event_read_hash"), s.Consumer, e.TenantID, e.EventID, e.Day()).Scan(&stored)
 	if err != nil {
 		return 0, fmt.Errorf("processedevent: read hash %s/%s: %w", e.TenantID, e.EventID, err)
 	}
@@ -108,37 +113,52 @@ func (s Store) Insert(ctx context.Context, tx pgx.Tx, e Event) (Outcome, error) 
 // partitionName is processed_event_YYYYMMDD.
 func partitionName(day time.Time) string { return "processed_event_" + day.Format("20060102") }
 
+// DB runs statements and queries: a *pgxpool.Pool or a *pgx.Conn.
+type DB interface {
+	Execer
+	Querier
+}
+
 // EnsurePartitions creates the daily partitions for every day in days (idempotent). It runs DDL,
 // so call it in its own short transaction, outside the batch transaction.
-func EnsurePartitions(ctx context.Context, db Execer, days ...time.Time) error {
-	for _, d := range days {
-		d = Day(d)
-		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF processed_event
-			FOR VALUES FROM ('%s') TO ('%s')`, partitionName(d), d.Format(time.DateOnly), d.AddDate(0, 0, 1).Format(time.DateOnly))
+func EnsurePartitions(ctx context.Context, db DB, days ...time.Time) error {
+	if len(days) == 0 {
+		return nil
+	}
+	ds := make([]time.Time, len(days))
+	for i, d := range days {
+		ds[i] = Day(d)
+	}
+	ddl, err := built(ctx, db, "processed_event_create_partition_ddl", ds)
+	if err != nil {
+		return fmt.Errorf("processedevent: create partitions: %w", err)
+	}
+	for i, q := range ddl {
 		if _, err := db.Exec(ctx, q); err != nil {
-			if isDuplicateObject(err) {
+			if postgres.IsCreateRace(err) {
 				continue // created concurrently by another consumer
 			}
-			return fmt.Errorf("processedevent: create partition %s: %w", partitionName(d), err)
+			return fmt.Errorf("processedevent: create partition %s: %w", partitionName(ds[i]), err)
 		}
 	}
 	return nil
 }
 
+// built runs the named statement that builds DDL statements from arg, one per element in order.
+func built(ctx context.Context, db Querier, name string, arg any) ([]string, error) {
+	rows, err := db.Query(ctx, stmts.SQL(name), arg)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // ErrNoPartition is returned by OldestDay when processed_event has no partition.
 var ErrNoPartition = errors.New("processedevent: no partition")
 
-func isDuplicateObject(err error) bool {
-	var pgErr *pgconn.PgError
-	// 42P07 duplicate_table; 23505 when two sessions race on the catalog row.
-	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505")
-}
-
 // Days lists the days that have a partition, oldest first.
 func Days(ctx context.Context, db Querier) ([]time.Time, error) {
-	rows, err := db.Query(ctx, `SELECT c.relname FROM pg_inherits i
-		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
-		WHERE p.relname = 'processed_event' ORDER BY c.relname`)
+	rows, err := db.Query(ctx, stmts.SQL("processed_event_list_partitions"))
 	if err != nil {
 		return nil, fmt.Errorf("processedevent: list partitions: %w", err)
 	}
@@ -172,23 +192,32 @@ func OldestDay(ctx context.Context, db Querier) (time.Time, error) {
 
 // DropBefore drops every partition whose day is before cutoff's day, whole (never row by row),
 // and returns the days dropped.
-func DropBefore(ctx context.Context, db interface {
-	Execer
-	Querier
-}, cutoff time.Time) ([]time.Time, error) {
+func DropBefore(ctx context.Context, db DB, cutoff time.Time) ([]time.Time, error) {
 	days, err := Days(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	var dropped []time.Time
+	var old []time.Time
+	var names []string
 	for _, d := range days {
 		if !d.Before(Day(cutoff)) {
 			break
 		}
-		if _, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+partitionName(d)); err != nil {
-			return dropped, fmt.Errorf("processedevent: drop %s: %w", partitionName(d), err)
+		old, names = append(old, d), append(names, partitionName(d))
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	ddl, err := built(ctx, db, "processed_event_drop_partition_ddl", names)
+	if err != nil {
+		return nil, fmt.Errorf("processedevent: drop partitions: %w", err)
+	}
+	var dropped []time.Time
+	for i, q := range ddl {
+		if _, err := db.Exec(ctx, q); err != nil {
+			return dropped, fmt.Errorf("processedevent: drop %s: %w", names[i], err)
 		}
-		dropped = append(dropped, d)
+		dropped = append(dropped, old[i])
 	}
 	return dropped, nil
 }
@@ -217,9 +246,7 @@ func (s Store) InsertMany(ctx context.Context, tx pgx.Tx, evs []Event) ([]Outcom
 		first[k] = i
 		tenants, ids, hashes, days = append(tenants, e.TenantID), append(ids, e.EventID), append(hashes, e.Hash), append(days, e.Day())
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO processed_event (consumer, tenant_id, event_id, occurred_day, event_hash)
-		SELECT $1, t, e, d, h FROM unnest($2::text[], $3::text[], $4::date[], $5::text[]) AS u(t, e, d, h)
-		ON CONFLICT DO NOTHING RETURNING tenant_id, event_id, occurred_day`, s.Consumer, tenants, ids, days, hashes)
+	rows, err := tx.Query(ctx, stmts.SQL("processed_event_insert_many"), s.Consumer, tenants, ids, days, hashes)
 	if err != nil {
 		return nil, fmt.Errorf("processedevent: insert %d: %w", len(ids), err)
 	}
@@ -245,9 +272,7 @@ func (s Store) InsertMany(ctx context.Context, tx pgx.Tx, evs []Event) ([]Outcom
 		}
 	}
 	if len(qt) > 0 {
-		rows, err := tx.Query(ctx, `SELECT p.tenant_id, p.event_id, p.occurred_day, p.event_hash FROM processed_event p
-			JOIN unnest($2::text[], $3::text[], $4::date[]) AS u(t, e, d) ON p.tenant_id = u.t AND p.event_id = u.e AND p.occurred_day = u.d
-			WHERE p.consumer = $1`, s.Consumer, qt, qi, qd)
+		rows, err := tx.Query(ctx, stmts.SQL("processed_event_read_hashes"), s.Consumer, qt, qi, qd)
 		if err != nil {
 			return nil, fmt.Errorf("processedevent: read hashes: %w", err)
 		}

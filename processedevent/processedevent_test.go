@@ -117,3 +117,9 @@ func TestPartitionsRetention(t *testing.T) {
 		t.Fatalf("oldest = %v, %v", oldest, err)
 	}
 }
+
+// TestStatementsPrepare prepares every statement of sql/processed_event.sql.
+func TestStatementsPrepare(t *testing.T) {
+	t.Parallel()
+	pgtest.PrepareStatements(t, processedevent.Statements)
+}

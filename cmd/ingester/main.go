@@ -3,44 +3,35 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
-	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 type cli struct {
-	DatabaseURL   string        `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
-	MigrateURL    string        `env:"BOOKRECON_MIGRATE_DATABASE_URL" help:"Direct PostgreSQL URL for the migrations only (default the database URL; required with a transaction pooler)."`
-	Pooler        string        `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
+	service.SharedFlags
 	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 5)."`
-	KafkaBrokers  []string      `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
-	Providers     service.File  `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map (format of samples/providers.yaml)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int           `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
 	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
 	BatchTimeout  time.Duration `env:"BOOKRECON_BATCH_TIMEOUT" default:"60s" help:"Bound on one try of a batch's database work; past it the batch pauses and is retried."`
 	Group         string        `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
-	Failpoint     string        `env:"BOOKRECON_FAILPOINT" hidden:"" help:"Crash tests only: after-db-commit:N or mid-batch:N:M kills the process with SIGKILL there."`
 	topics.Flags
+	failpointFlags // only in a binary built with the failpoint tag (crash tests)
 }
 
 func (c cli) config() ingest.Config {
 	return ingest.Config{
-		Brokers: c.KafkaBrokers, DatabaseURL: c.DatabaseURL, MigrateDatabaseURL: c.MigrateURL, Pooler: postgres.Pooler(c.Pooler),
-		MaxDBConns: c.DBConns, Group: c.Group, Topics: c.Flags.Names(), AdminAddr: c.AdminAddr, RetentionDays: c.RetentionDays,
-		MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
+		Infra: c.Infra(c.DBConns, c.AdminAddr),
+		Group: c.Group, Topics: c.Flags.Names(), RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
 	}
 }
 
@@ -63,27 +54,16 @@ func (c cli) Validate() error {
 func main() {
 	var c cli
 	service.ParseFlags(&c, kong.Description("bookrecon ingester"))
-	c.DatabaseURL = cmp.Or(c.DatabaseURL, postgres.DefaultURL)
 	service.Main("ingester", func(ctx context.Context, log *slog.Logger) error {
-		m, err := providers.LoadMap(string(c.Providers))
+		m, err := c.LoadProviders()
 		if err != nil {
-			return fmt.Errorf("capability map: %w", err)
+			return err
 		}
-		deps := ingest.Deps{Logger: log}
-		if c.Failpoint != "" {
-			fp, err := ingest.ParseFailpoint(c.Failpoint)
-			if err != nil {
-				return err
-			}
-			log.Warn("failpoint armed", "failpoint", c.Failpoint)
-			fp.Install(&deps, func() {
-				p, _ := os.FindProcess(os.Getpid())
-				_ = p.Kill() // SIGKILL: no deferred work, no offset commit, no group leave
-				select {}
-			})
+		if ctx, err = c.arm(ctx, log); err != nil {
+			return err
 		}
 		cfg := c.config()
 		cfg.Providers = m
-		return ingest.Run(ctx, cfg, deps)
+		return ingest.Run(ctx, cfg, ingest.Deps{Logger: log})
 	})
 }

@@ -31,16 +31,14 @@ type cli struct {
 	QueryTimeout time.Duration `env:"BOOKRECON_QUERY_TIMEOUT" default:"5s" help:"Bound on one request's database work."`
 }
 
-// needs are what the API holds at once: a request's connection and the readiness check's.
-var needs = service.Needs{{What: "a request", Conns: 1}, service.ReadinessNeed}
-
-func (c cli) pool() service.PoolConfig {
-	return service.PoolConfig{Name: "query-api", URL: c.DatabaseURL, Pooler: postgres.Pooler(c.Pooler), MaxConns: c.MaxDBConns, Needs: needs}
+func (c cli) config() query.Config {
+	return query.Config{Infra: service.Infra{DatabaseURL: c.DatabaseURL, Pooler: postgres.Pooler(c.Pooler), MaxDBConns: c.MaxDBConns,
+		AdminAddr: c.AdminAddr}, Addr: c.Addr, QueryTimeout: c.QueryTimeout}
 }
 
 // Validate refuses a pool the API cannot run on when the command line is parsed (a usage
 // error: exit 80).
-func (c cli) Validate() error { return c.pool().Validate() }
+func (c cli) Validate() error { return c.config().PoolConfig().Validate() }
 
 func main() {
 	var c cli
@@ -49,9 +47,8 @@ func main() {
 	service.Main("query-api", func(ctx context.Context, log *slog.Logger) error { return run(ctx, c, log, nil, nil) })
 }
 
-// run loads the capability map and the tokens file, opens the pool (waiting for PostgreSQL like
-// every service; no migration: the API only reads) and serves until ctx ends; the pool closes
-// last. adminStarted, when set, gets the admin address.
+// run loads the capability map and the tokens file and runs the API (query.Run) until ctx
+// ends. started, when set, gets the API's address, adminStarted the admin address.
 func run(ctx context.Context, c cli, log *slog.Logger, started, adminStarted func(addr string)) error {
 	m, err := providers.LoadMap(string(c.Providers))
 	if err != nil {
@@ -62,11 +59,7 @@ func run(ctx context.Context, c cli, log *slog.Logger, started, adminStarted fun
 	if err != nil {
 		return err
 	}
-	pool, err := service.OpenPool(ctx, log, c.pool())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return query.Run(ctx, query.Config{Addr: c.Addr, AdminAddr: c.AdminAddr, AdminStarted: adminStarted, Providers: m,
-		Tokens: tokens, QueryTimeout: c.QueryTimeout}, pool, log, reg, started)
+	cfg := c.config()
+	cfg.Providers, cfg.Tokens, cfg.Started = m, tokens, started
+	return query.Run(ctx, cfg, query.Deps{Logger: log, Registry: reg, AdminStarted: adminStarted})
 }

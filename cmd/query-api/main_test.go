@@ -82,13 +82,14 @@ func TestFlagsRefuseSmallPool(t *testing.T) {
 func TestRun(t *testing.T) {
 	t.Parallel()
 	tokens, toks := authtest.File(t, authtest.Reader("t_1", "checkout"), authtest.Reader("t_2", "checkout"))
+	dbURL := pgtest.NewURL(t) // on the test's goroutine: it may skip or fail t
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc, adminc := make(chan string, 1), make(chan string, 1)
 	logs := &logtest.Buffer{}
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Go(func() {
-		runErr = run(ctx, cli{DatabaseURL: pgtest.NewURL(t), Providers: mapPath, Tokens: service.File(tokens), Addr: "127.0.0.1:0",
+		runErr = run(ctx, cli{DatabaseURL: dbURL, Providers: mapPath, Tokens: service.File(tokens), Addr: "127.0.0.1:0",
 			AdminAddr: "127.0.0.1:0", MaxDBConns: 2},
 			telemetry.NewLogger(logs, "query-api", slog.LevelDebug), func(a string) { addrc <- a }, func(a string) { adminc <- a })
 		if runErr != nil {

@@ -265,7 +265,7 @@ func (t *Tokens) Watch(ctx context.Context) (wait func(), err error) {
 	go func() {
 		defer close(done)
 		defer signal.Stop(hup)
-		defer w.Close()
+		defer func() { _ = w.Close() }() // a watch's Close has nothing to report
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
 		for {
@@ -346,7 +346,7 @@ func b64token(s string) bool {
 		return false
 	}
 	for _, c := range []byte(body) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0) {
+		if ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0; !ok {
 			return false
 		}
 	}

@@ -198,7 +198,7 @@ func WriteFile(path string, f File) error {
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", ErrFile, path, err)
 	}
-	defer os.Remove(tmp.Name()) // gone after the rename; removes a failed write's leftovers
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone after the rename; removes a failed write's leftovers
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Chmod(0o600)

@@ -21,6 +21,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/check"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
@@ -57,8 +58,8 @@ func TestLoadDatabaseDies(t *testing.T) {
 	t.Run("mid-batch", func(t *testing.T) {
 		// The 3rd and 9th transaction tries, after the 6th record.
 		var tries atomic.Int64
-		runDatabaseDies(t, pg, 2, func(crash func(string)) ingest.Deps {
-			return ingest.Deps{BeforeRecord: func(i int) {
+		runDatabaseDies(t, pg, 2, func(crash func(string)) testsignal.Ingester {
+			return testsignal.Ingester{BeforeRecord: func(i int) {
 				if i == 0 {
 					tries.Add(1)
 				}
@@ -70,8 +71,8 @@ func TestLoadDatabaseDies(t *testing.T) {
 	})
 	t.Run("after-db-commit", func(t *testing.T) {
 		var commits atomic.Int64
-		runDatabaseDies(t, pg, 1, func(crash func(string)) ingest.Deps {
-			return ingest.Deps{AfterDBCommit: func() {
+		runDatabaseDies(t, pg, 1, func(crash func(string)) testsignal.Ingester {
+			return testsignal.Ingester{AfterDBCommit: func() {
 				if n := commits.Add(1); n == 5 {
 					crash(fmt.Sprintf("batch %d committed in PostgreSQL, its offsets not yet in Kafka", n))
 				}
@@ -87,10 +88,10 @@ type outage struct {
 	resumed          time.Time // the first batch committed after started
 }
 
-// runDatabaseDies runs the load on a fresh database of pg with the ingester's hooks from hooks,
-// whose crash stops pg at once (-m immediate) and starts it crashDown later; it checks that
-// crashes happen, and the end state.
-func runDatabaseDies(t *testing.T, pg *pgtest.Cluster, crashes int, hooks func(crash func(where string)) ingest.Deps) {
+// runDatabaseDies runs the load on a fresh database of pg with the ingester's test signals from
+// hooks, whose crash stops pg at once (-m immediate) and starts it crashDown later; it checks
+// that crashes happen, and the end state.
+func runDatabaseDies(t *testing.T, pg *pgtest.Cluster, crashes int, hooks func(crash func(where string)) testsignal.Ingester) {
 	began := time.Now()
 	h := pipelinetest.NewOn(t, 3, pg.NewDatabase(t))
 	m, err := providers.ParseMap([]byte(loadMap))
@@ -141,11 +142,10 @@ func runDatabaseDies(t *testing.T, pg *pgtest.Cluster, crashes int, hooks func(c
 			mu.Unlock()
 		})
 	}
-	deps := hooks(crash)
-	deps.Logger, deps.Registry = testLogger(), telemetry.NewRegistry()
-	deps.AdminStarted = func(a string) { admin.Store(&a) }
-	crashHook := deps.AfterDBCommit
-	deps.AfterDBCommit = func() {
+	sig := hooks(crash)
+	deps := ingest.Deps{Logger: testLogger(), Registry: telemetry.NewRegistry(), AdminStarted: func(a string) { admin.Store(&a) }}
+	crashHook := sig.AfterDBCommit
+	sig.AfterDBCommit = func() {
 		mu.Lock()
 		for _, o := range outages {
 			if !o.started.IsZero() && o.resumed.IsZero() {
@@ -164,7 +164,7 @@ func runDatabaseDies(t *testing.T, pg *pgtest.Cluster, crashes int, hooks func(c
 	cfg := h.IngestConfig()
 	cfg.MaxPollRecords = 300 // about 21 batches
 	wg.Go(func() {
-		if err := ingest.Run(ctx, cfg, deps); err != nil {
+		if err := ingest.Run(testsignal.With(ctx, sig), cfg, deps); err != nil {
 			t.Errorf("ingest: %v", err)
 		}
 	})

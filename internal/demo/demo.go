@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -33,7 +32,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
-	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -173,50 +171,35 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	// Demo settings of samples/README.md: first check 1s after UNKNOWN, then 2, 4, 8, 10, 10 …
 	// s; polls every 250ms; inProgressTimeout 60s; deadlines from providers.yaml (30s).
-	ingCfg := ingest.Config{Brokers: o.Brokers, DatabaseURL: o.DatabaseURL, MigrateDatabaseURL: o.MigrateDatabaseURL, Pooler: o.Pooler,
-		Providers: pmap, Group: o.Group, Topics: o.Topics, AdminAddr: o.IngesterAddr, FirstCheck: time.Second}
-	run("ingester", func() error {
-		return ingest.Run(ctx, ingCfg, ingest.Deps{Logger: o.Logger.With("service", "ingester"), AdminStarted: started("ingester")})
-	})
-	store := attempt.Config{Policies: attempt.PoliciesFrom(pmap), ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}
-	svc := func(name, addr string) service.Config {
-		return service.Config{Name: name, DatabaseURL: o.DatabaseURL, MigrateDatabaseURL: o.MigrateDatabaseURL, Pooler: o.Pooler,
-			AdminAddr: addr, AdminStarted: started(name), Publish: relay.ForService(o.Brokers, []string{o.Topics.Resolutions, o.Topics.Escalations})}
+	infra := func(addr string) service.Infra {
+		return service.Infra{Brokers: o.Brokers, DatabaseURL: o.DatabaseURL, MigrateDatabaseURL: o.MigrateDatabaseURL, Pooler: o.Pooler,
+			AdminAddr: addr}
 	}
-	recLog := o.Logger.With("service", "reconciler")
-	recReg := telemetry.NewRegistry()
-	run("reconciler", func() error {
-		return service.Run(ctx, svc("reconciler", o.ReconcilerAddr), recLog, recReg, func(ctx context.Context, pool *pgxpool.Pool) error {
-			rec, err := reconcile.New(reconcile.Config{Providers: pmap, Poll: 250 * time.Millisecond, InitialInterval: time.Second,
-				Multiplier: 2, MaxInterval: 10 * time.Second, NoJitter: true, InProgressTimeout: 60 * time.Second, FirstCheck: time.Second,
-				CallTimeout: 2 * time.Second, Store: attempt.Config{ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}},
-				pool, providers.NewHTTP(simURL, &http.Client{}), recLog, recReg, nil)
-			if err != nil {
-				return err
-			}
-			return rec.Run(ctx)
-		})
+	deps := func(svc string) service.Deps {
+		return service.Deps{Logger: o.Logger.With("service", svc), AdminStarted: started(svc)}
+	}
+	run("ingester", func() error {
+		return ingest.Run(ctx, ingest.Config{Infra: infra(o.IngesterAddr), Providers: pmap, Group: o.Group, Topics: o.Topics,
+			FirstCheck: time.Second}, deps("ingester"))
 	})
-	escLog := o.Logger.With("service", "escalator")
-	escReg := telemetry.NewRegistry()
+	store := attempt.Config{ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}
+	run("reconciler", func() error {
+		return reconcile.Run(ctx, reconcile.Config{Infra: infra(o.ReconcilerAddr), Provider: providers.NewHTTP(simURL, &http.Client{}),
+			Providers: pmap, Poll: 250 * time.Millisecond, InitialInterval: time.Second, Multiplier: 2, MaxInterval: 10 * time.Second,
+			NoJitter: true, InProgressTimeout: 60 * time.Second, FirstCheck: time.Second, CallTimeout: 2 * time.Second, Store: store},
+			deps("reconciler"))
+	})
 	run("escalator", func() error {
-		return service.Run(ctx, svc("escalator", o.EscalatorAddr), escLog, escReg, func(ctx context.Context, pool *pgxpool.Pool) error {
-			esc, err := escalate.New(escalate.Config{Providers: pmap, Poll: 250 * time.Millisecond, Store: store}, pool, escLog, escReg)
-			if err != nil {
-				return err
-			}
-			return esc.Run(ctx)
-		})
+		return escalate.Run(ctx, escalate.Config{Infra: infra(o.EscalatorAddr), Providers: pmap, Poll: 250 * time.Millisecond,
+			Store: attempt.Config{Policies: attempt.PoliciesFrom(pmap), ResolutionsTopic: o.Topics.Resolutions, EscalationsTopic: o.Topics.Escalations}},
+			deps("escalator"))
 	})
 	run("query-api", func() error {
 		// As cmd/query-api: a pool of its own, no migration.
-		qpool, err := service.OpenPool(ctx, qLog, service.PoolConfig{Name: "query-api", URL: o.DatabaseURL, Pooler: o.Pooler, MaxConns: 4})
-		if err != nil {
-			return err
-		}
-		defer qpool.Close()
-		return query.Run(ctx, query.Config{Addr: o.QueryAddr, AdminAddr: o.QueryAdminAddr, AdminStarted: started("query-api"),
-			Providers: pmap, Tokens: tokens}, qpool, qLog, qReg, func(a string) { addrs <- [2]string{"", "http://" + a} })
+		return query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: o.DatabaseURL, Pooler: o.Pooler, MaxDBConns: 4,
+			AdminAddr: o.QueryAdminAddr}, Addr: o.QueryAddr, Started: func(a string) { addrs <- [2]string{"", "http://" + a} },
+			Providers: pmap, Tokens: tokens},
+			query.Deps{Logger: qLog, Registry: qReg, AdminStarted: started("query-api")})
 	})
 	for range 5 {
 		select {

@@ -67,7 +67,7 @@ var (
 
 // sharedFlags are the flag structs binaries embed in their cli structs, with the file that
 // declares their env tags.
-var sharedFlags = map[string]string{"topics.Flags": "internal/topics/names.go"}
+var sharedFlags = map[string]string{"topics.Flags": "internal/topics/names.go", "service.SharedFlags": "internal/service/flags.go"}
 
 // binaryKeys returns the environment keys binary cmd/<bin> reads, and those it requires (kong
 // `required:""`), from its non-test Go files and the sharedFlags they embed.

@@ -9,7 +9,7 @@ import (
 )
 
 // hiddenKeys are keys binaries read but deploy.md does not list, with why.
-var hiddenKeys = map[string]string{"BOOKRECON_FAILPOINT": "crash tests only (hidden flag)"}
+var hiddenKeys = map[string]string{"BOOKRECON_FAILPOINT": "crash tests only: cmd/ingester built with -tags failpoint"}
 
 var docKeyRE = regexp.MustCompile("`((?:BOOKRECON)?_[A-Z0-9_]+)`")
 

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -34,7 +33,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
-	"github.com/bookrecon/bookrecon/internal/relay"
 	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -106,35 +104,19 @@ func startStack(t *testing.T) *stack {
 	run("ingester", func() error {
 		return ingest.Run(ctx, h.IngestConfig(), ingest.Deps{Logger: ingLog, Registry: s.regs["ingester"], AdminStarted: report("ingester")})
 	})
-	recLog := log("reconciler")
+	infra := service.Infra{Brokers: kafkatest.Brokers(), DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0"}
+	recLog, escLog, qLog := log("reconciler"), log("escalator"), log("query-api")
 	run("reconciler", func() error {
-		return service.Run(ctx, service.Config{Name: "reconciler", DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0",
-			Publish: relay.ForService(kafkatest.Brokers(), []string{h.Topics.Resolutions, h.Topics.Escalations})},
-			recLog, s.regs["reconciler"], func(ctx context.Context, pool *pgxpool.Pool) error {
-				rec, err := reconcile.New(reconcile.Config{Providers: h.Providers, Poll: 100 * time.Millisecond, InitialInterval: time.Second,
-					MaxInterval: 10 * time.Second, NoJitter: true, CallTimeout: 2 * time.Second, Store: store},
-					pool, providers.NewHTTP(sim.URL, sim.Client()), recLog, s.regs["reconciler"], nil)
-				if err != nil {
-					return err
-				}
-				return rec.Run(ctx)
-			})
+		return reconcile.Run(ctx, reconcile.Config{Infra: infra, Provider: providers.NewHTTP(sim.URL, sim.Client()),
+			Providers: h.Providers, Poll: 100 * time.Millisecond, InitialInterval: time.Second, MaxInterval: 10 * time.Second,
+			NoJitter: true, CallTimeout: 2 * time.Second, Store: store},
+			reconcile.Deps{Logger: recLog, Registry: s.regs["reconciler"]})
 	})
-	escLog := log("escalator")
 	run("escalator", func() error {
-		return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0",
-			Publish: relay.ForService(kafkatest.Brokers(), []string{h.Topics.Resolutions, h.Topics.Escalations})},
-			escLog, s.regs["escalator"], func(ctx context.Context, pool *pgxpool.Pool) error {
-				esc, err := escalate.New(escalate.Config{Providers: h.Providers, Poll: 100 * time.Millisecond,
-					Store: attempt.Config{Policies: attempt.PoliciesFrom(h.Providers), ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}},
-					pool, escLog, s.regs["escalator"])
-				if err != nil {
-					return err
-				}
-				return esc.Run(ctx)
-			})
+		return escalate.Run(ctx, escalate.Config{Infra: infra, Providers: h.Providers, Poll: 100 * time.Millisecond,
+			Store: attempt.Config{Policies: attempt.PoliciesFrom(h.Providers), ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}},
+			escalate.Deps{Logger: escLog, Registry: s.regs["escalator"]})
 	})
-	qLog := log("query-api")
 	tokensPath, toks := authtest.File(t, authtest.Reader("t_globetrek", "deploytest"))
 	tokens, err := auth.Open(tokensPath, qLog, s.regs["query-api"])
 	if err != nil {
@@ -142,8 +124,9 @@ func startStack(t *testing.T) *stack {
 	}
 	apiAddr := make(chan string, 1)
 	run("query-api", func() error {
-		return query.Run(ctx, query.Config{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AdminStarted: report("query-api"),
-			Providers: h.Providers, Tokens: tokens}, h.Pool, qLog, s.regs["query-api"], func(a string) { apiAddr <- "http://" + a })
+		return query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0"}, Addr: "127.0.0.1:0",
+			Started: func(a string) { apiAddr <- "http://" + a }, Providers: h.Providers, Tokens: tokens},
+			query.Deps{Logger: qLog, Registry: s.regs["query-api"], AdminStarted: report("query-api")})
 	})
 	for range 2 {
 		select {

@@ -35,11 +35,16 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// Config configures an escalator.
+// Config configures an escalator. Run reads Infra (Brokers and DatabaseURL required;
+// AdminAddr default 127.0.0.1:9103, MaxDBConns default service.DefaultRunConns); New reads the
+// rest.
 type Config struct {
+	service.Infra
 	// Providers is the capability map (required): deadline and deadlineByOperation.
 	Providers *providers.Map
 	// Poll is the pause between rounds (default 250ms).
@@ -61,9 +66,46 @@ type Escalator struct {
 	log     *slog.Logger
 	metrics *Metrics
 	minDead time.Duration
-	// BeforeCommit, when set, runs inside each escalation's transaction before it commits
-	// (tests kill an escalator here).
-	BeforeCommit func(ctx context.Context, attemptID uuid.UUID)
+	// testSignals are the points where tests stop an escalator, in the style of river's
+	// clientTestSignals: never set in production, set by the package's tests through
+	// export_test.go; a nil field is no signal.
+	testSignals struct {
+		// beforeCommit runs inside each escalation's transaction before it commits (tests kill
+		// an escalator here).
+		beforeCommit func(ctx context.Context, attemptID uuid.UUID)
+	}
+}
+
+// Deps are the escalator's injected dependencies, those of every service.
+type Deps = service.Deps
+
+// spec is how service.Run runs the escalator: one loop beside the relay of the resolutions and
+// escalations topics.
+func (c Config) spec() service.Spec {
+	return service.LoopSpec("escalator", c.Infra, "127.0.0.1:9103", relay.ForService(c.Brokers,
+		[]string{cmp.Or(c.Store.ResolutionsTopic, events.TopicResolutions), cmp.Or(c.Store.EscalationsTopic, events.TopicEscalations)}))
+}
+
+// PoolConfig is the pool Run opens for c; Run refuses to start when its Validate fails.
+func (c Config) PoolConfig() service.PoolConfig { return c.spec().PoolConfig() }
+
+// errNoProviders: Config.Providers is required.
+var errNoProviders = errors.New("escalate: Providers (capability map) is required")
+
+// Run runs the escalator service until ctx ends: service.Run opens and migrates the pool and
+// starts the admin server and the outbox relay around New(cfg, …).Run. A missing Providers is
+// an error at once.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	if cfg.Providers == nil {
+		return errNoProviders
+	}
+	return service.RunLoop(ctx, cfg.spec(), deps, func(ctx context.Context, rt *service.Runtime) error {
+		e, err := New(cfg, rt.Pool, rt.Logger, rt.Registry)
+		if err != nil {
+			return err
+		}
+		return e.Run(ctx)
+	})
 }
 
 // Metrics are the escalator's series.
@@ -83,7 +125,7 @@ const StageEscalate = "escalate"
 // New returns an escalator; reg may be nil.
 func New(cfg Config, pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer) (*Escalator, error) {
 	if cfg.Providers == nil {
-		return nil, errors.New("escalate: Providers (capability map) is required")
+		return nil, errNoProviders
 	}
 	cfg.Poll = cmp.Or(cfg.Poll, 250*time.Millisecond)
 	cfg.Batch = cmp.Or(cfg.Batch, 200)
@@ -270,8 +312,8 @@ func (e *Escalator) judge(ctx context.Context, c candidate) (bool, error) {
 			return err
 		}
 		opened = at.EscalationsOpened[attempt.ReasonDeadlineExceeded] > 0
-		if e.BeforeCommit != nil {
-			e.BeforeCommit(ctx, a.ID)
+		if f := e.testSignals.beforeCommit; f != nil {
+			f(ctx, a.ID)
 		}
 		return nil
 	})

@@ -141,11 +141,11 @@ func TestTwoEscalatorsOneKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	victim.BeforeCommit = func(context.Context, uuid.UUID) {
+	escalate.SetBeforeCommit(victim, func(context.Context, uuid.UUID) {
 		if victimCommits.Add(1) == 300 {
 			kill() // dies inside its 300th escalation's transaction
 		}
-	}
+	})
 	survivor, err := escalate.New(escalate.Config{Providers: m, Batch: 50}, pool, nil, nil)
 	if err != nil {
 		t.Fatal(err)

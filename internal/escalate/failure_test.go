@@ -239,7 +239,7 @@ func TestOutageIsNotTheCandidatesFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kills atomic.Int64
-	e.BeforeCommit = func(context.Context, uuid.UUID) {
+	escalate.SetBeforeCommit(e, func(context.Context, uuid.UUID) {
 		if kills.Add(1) != 1 {
 			return
 		}
@@ -247,7 +247,7 @@ func TestOutageIsNotTheCandidatesFailure(t *testing.T) {
 			WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 			t.Errorf("terminate: %v", err)
 		}
-	}
+	})
 	if n, err := e.RunOnce(ctx); err == nil || n != 0 {
 		t.Fatalf("round during the outage = %d, %v; want 0 and an error", n, err)
 	}

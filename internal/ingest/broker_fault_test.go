@@ -19,6 +19,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
@@ -95,7 +96,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 	}
 	defer pool.Close()
 	reg := telemetry.NewRegistry()
-	startIngester(t, ingest.Config{Brokers: c.ListenAddrs(), DatabaseURL: dbURL, Providers: m, AdminAddr: "-", MaxPollRecords: 100},
+	startIngester(t, ingest.Config{Infra: service.Infra{Brokers: c.ListenAddrs(), DatabaseURL: dbURL, AdminAddr: "-"}, Providers: m, MaxPollRecords: 100},
 		ingest.Deps{Logger: discardLogger(), Registry: reg})
 
 	count := func(q string) int {

@@ -156,13 +156,14 @@ func scrape(t *testing.T, addr, name string) int {
 	return int(total)
 }
 
-// buildIngester builds cmd/ingester into dir.
+// buildIngester builds cmd/ingester with the failpoint tag (its BOOKRECON_FAILPOINT: the
+// production binary has none) into dir.
 func buildIngester(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "ingester")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/bookrecon/bookrecon/cmd/ingester").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", "failpoint", "-o", bin, "github.com/bookrecon/bookrecon/cmd/ingester").CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build cmd/ingester: %v\n%s", err, out)
+		t.Fatalf("go build -tags failpoint cmd/ingester: %v\n%s", err, out)
 	}
 	return bin
 }

@@ -3,7 +3,6 @@ package ingest_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -19,7 +18,7 @@ func discardLogger() *slog.Logger {
 	if os.Getenv("BOOKRECON_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 // metric returns the value of a counter or gauge series; labels are name, value pairs.

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
 	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
@@ -42,7 +43,8 @@ func TestDatabaseOutagePausesNeverDeadLetters(t *testing.T) {
 	// test database that is in a transaction is terminated; the harness's idle ones survive.
 	var kills, killed atomic.Int64
 	deps := ingest.Deps{Logger: discardLogger(), Registry: telemetry.NewRegistry()}
-	deps.BeforeRecord = func(i int) {
+	var sig testsignal.Ingester
+	sig.BeforeRecord = func(i int) {
 		if i != 5 || kills.Add(1) > 3 {
 			return
 		}
@@ -55,7 +57,7 @@ func TestDatabaseOutagePausesNeverDeadLetters(t *testing.T) {
 	}
 	cfg := h.IngestConfig()
 	cfg.MaxPollRecords = 300
-	startIngester(t, cfg, deps)
+	startIngesterSignalled(t, cfg, deps, sig)
 
 	h.WaitFor("every unique event applied", 3*time.Minute, func() bool {
 		return h.Scalar(`SELECT count(*) FROM processed_event`) == gen.UniqueEvents
@@ -175,7 +177,8 @@ func TestDatabaseHangPauses(t *testing.T) {
 
 	var logs logBuffer
 	deps := ingest.Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registry: telemetry.NewRegistry()}
-	deps.BeforeRecord = func(i int) {
+	var sig testsignal.Ingester
+	sig.BeforeRecord = func(i int) {
 		if i != 5 || stopped.Load() != 0 {
 			return
 		}
@@ -216,7 +219,7 @@ func TestDatabaseHangPauses(t *testing.T) {
 	cfg := h.IngestConfig()
 	cfg.MaxPollRecords = 100 // a try takes well under the timeout even under the race detector
 	cfg.BatchTimeout = 2 * time.Second
-	startIngester(t, cfg, deps)
+	startIngesterSignalled(t, cfg, deps, sig)
 
 	select {
 	case <-resumed:

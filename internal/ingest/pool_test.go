@@ -9,6 +9,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -22,8 +23,8 @@ func TestPoolTooSmallRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := ingest.Run(ctx, ingest.Config{Brokers: []string{"127.0.0.1:1"}, DatabaseURL: "postgres://u:p@127.0.0.1:1/d",
-		Providers: &providers.Map{}, MaxDBConns: 4, Pooler: postgres.PoolerTransaction}, ingest.Deps{Logger: discardLogger()})
+	err := ingest.Run(ctx, ingest.Config{Infra: service.Infra{Brokers: []string{"127.0.0.1:1"}, DatabaseURL: "postgres://u:p@127.0.0.1:1/d",
+		MaxDBConns: 4, Pooler: postgres.PoolerTransaction}, Providers: &providers.Map{}}, ingest.Deps{Logger: discardLogger()})
 	if !errors.Is(err, postgres.ErrConfig) {
 		t.Fatalf("Run = %v, want postgres.ErrConfig", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/publish"
@@ -20,7 +21,13 @@ import (
 // startIngester runs the ingester until the test ends.
 func startIngester(t *testing.T, cfg ingest.Config, deps ingest.Deps) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	startIngesterSignalled(t, cfg, deps, testsignal.Ingester{})
+}
+
+// startIngesterSignalled is startIngester with test signals.
+func startIngesterSignalled(t *testing.T, cfg ingest.Config, deps ingest.Deps, sig testsignal.Ingester) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testsignal.With(context.Background(), sig))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := ingest.Run(ctx, cfg, deps); err != nil {

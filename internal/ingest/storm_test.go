@@ -11,6 +11,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
@@ -31,9 +32,7 @@ type ingesterRun struct {
 func startRun(t *testing.T, cfg ingest.Config, name string) *ingesterRun {
 	t.Helper()
 	r := &ingesterRun{name: name, reg: telemetry.NewRegistry(), done: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	deps := ingest.Deps{Logger: discardLogger(), Registry: r.reg, OnAssigned: func(a map[string][]int32) {
+	sig := testsignal.Ingester{OnAssigned: func(a map[string][]int32) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.sessions++
@@ -41,6 +40,9 @@ func startRun(t *testing.T, cfg ingest.Config, name string) *ingesterRun {
 			r.owned += len(ps)
 		}
 	}}
+	ctx, cancel := context.WithCancel(testsignal.With(context.Background(), sig))
+	r.cancel = cancel
+	deps := ingest.Deps{Logger: discardLogger(), Registry: r.reg}
 	go func() {
 		defer close(r.done)
 		if err := ingest.Run(ctx, cfg, deps); err != nil {

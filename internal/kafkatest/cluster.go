@@ -41,6 +41,7 @@ type Cluster struct {
 // needs the cluster (topic deletion), so that cleanup runs first.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)

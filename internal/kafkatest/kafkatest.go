@@ -1,6 +1,8 @@
 // Package kafkatest connects tests to the real Kafka broker that scripts/stack.sh starts
 // (BOOKRECON_KAFKA_BROKERS, default 127.0.0.1:19092) and gives each test its own topics, named
-// at random, so tests run in parallel without seeing each other's records.
+// at random, so tests run in parallel without seeing each other's records. Under -short
+// (`make test-short`, which runs without the stack) every helper that takes a testing.TB skips
+// its test instead.
 package kafkatest
 
 import (
@@ -24,6 +26,16 @@ func Brokers() []string {
 	return []string{"127.0.0.1:19092"}
 }
 
+// SkipShort skips t under -short: it needs the Kafka broker, and `make test-short` runs without
+// the stack. Every helper of this package that takes a testing.TB calls it; a test that
+// connects to Brokers itself calls it first.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("kafkatest: needs the Kafka broker (BOOKRECON_KAFKA_BROKERS); skipped under -short")
+	}
+}
+
 // Suffix returns a random 8-hex-digit suffix for topic and group names.
 func Suffix() string {
 	var b [4]byte
@@ -34,6 +46,7 @@ func Suffix() string {
 // Admin returns a kadm client on the real broker, closed at cleanup.
 func Admin(t testing.TB) *kadm.Client {
 	t.Helper()
+	SkipShort(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers()...))
 	if err != nil {
 		t.Fatalf("kafkatest: client: %v", err)
@@ -69,6 +82,7 @@ func CreateTopics(t testing.TB, partitions int32, names ...string) {
 // record for quiet, or until timeout; it returns every record read.
 func ReadAll(t testing.TB, topic string, min int, quiet, timeout time.Duration) []*kgo.Record {
 	t.Helper()
+	SkipShort(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers()...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {

@@ -29,6 +29,7 @@ const BouncerPoolSize = 3
 // the test runs as root (PgBouncer refuses root). Without pgbouncer the test fails.
 func Bouncer(t testing.TB, dbURL string) string {
 	t.Helper()
+	SkipShort(t)
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {

@@ -43,9 +43,11 @@ type Cluster struct {
 // starts it. It is dropped when t ends (pg_dropcluster --stop), after its server log's tail is
 // logged if t failed; clusters that a test binary which died left behind are dropped by the
 // next OwnCluster. It needs root (or password-less sudo) like the fault tests that signal the
-// shared server's backends, and fails t, never skips, when postgresql-common is missing.
+// shared server's backends, and fails t, never skips, when postgresql-common is missing (it
+// skips under -short, like every helper here).
 func OwnCluster(t testing.TB) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	for _, tool := range []string{"pg_createcluster", "pg_ctlcluster", "pg_dropcluster", "pg_lsclusters"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("pgtest: %s not found: OwnCluster needs Debian's postgresql-common and a PostgreSQL server "+

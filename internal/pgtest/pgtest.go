@@ -1,7 +1,8 @@
 // Package pgtest gives each test its own migrated PostgreSQL database, cloned from a template
 // that is migrated once per schema hash (github.com/peterldowns/pgtestdb). The server is the one
 // scripts/stack.sh starts; BOOKRECON_DATABASE_URL overrides it. A test that stops its server
-// takes a cluster of its own instead (OwnCluster).
+// takes a cluster of its own instead (OwnCluster). Under -short (`make test-short`, which runs
+// without the stack) every helper that takes a testing.TB skips its test instead.
 package pgtest
 
 import (
@@ -31,6 +32,16 @@ func URL() string {
 		return u
 	}
 	return postgres.DefaultURL
+}
+
+// SkipShort skips t under -short: it needs the PostgreSQL server, and `make test-short` runs
+// without the stack. Every helper of this package that takes a testing.TB calls it; a test
+// that opens PostgreSQL at URL itself calls it first.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("pgtest: needs PostgreSQL (BOOKRECON_DATABASE_URL); skipped under -short")
+	}
 }
 
 type migrator struct{}
@@ -75,12 +86,14 @@ func config() pgtestdb.Config {
 // passes and kept for inspection when it fails.
 func NewURL(t testing.TB) string {
 	t.Helper()
+	SkipShort(t)
 	return pgtestdb.Custom(t, config(), migrator{}).URL()
 }
 
 // NewEmptyURL is NewURL without the migrations: a fresh empty database, for tests of migrating.
 func NewEmptyURL(t testing.TB) string {
 	t.Helper()
+	SkipShort(t)
 	return pgtestdb.Custom(t, config(), pgtestdb.NoopMigrator{}).URL()
 }
 

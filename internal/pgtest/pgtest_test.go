@@ -15,6 +15,7 @@ import (
 // developer's runs use) and is gone after drop.
 func TestExampleDB(t *testing.T) {
 	t.Parallel()
+	pgtest.SkipShort(t)
 	ctx := context.Background()
 	u, drop, err := pgtest.ExampleDB(ctx)
 	if err != nil {

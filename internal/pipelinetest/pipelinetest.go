@@ -1,6 +1,8 @@
 // Package pipelinetest is the shared harness of the integration and end-to-end tests: its own
 // topics on the real broker, its own migrated database, the sample capability map and
 // expected outcome, and helpers to publish the sample and wait for the pipeline to go quiet.
+// Under -short (`make test-short`, which runs without the stack) New, NewOn and NewOnCluster
+// skip their test.
 package pipelinetest
 
 import (
@@ -17,6 +19,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/publish"
 	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -38,12 +41,14 @@ type Harness struct {
 // New creates topics (partitions each) on the real broker and a database for t.
 func New(t testing.TB, partitions int32) *Harness {
 	t.Helper()
+	skipShort(t)
 	return NewOn(t, partitions, pgtest.NewURL(t))
 }
 
 // NewOn is New with the migrated database at dbURL (a database of pgtest.Cluster's, say).
 func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 	t.Helper()
+	skipShort(t)
 	sfx := kafkatest.Suffix()
 	tp := topics.FromSuffix(sfx) // what BOOKRECON_TOPIC_SUFFIX=<Suffix> gives a binary
 	kafkatest.CreateTopics(t, partitions, tp.All()...)
@@ -55,6 +60,7 @@ func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
 // cleanup, and a database for t.
 func NewOnCluster(t testing.TB, c *kafkatest.Cluster) *Harness {
 	t.Helper()
+	skipShort(t)
 	sfx := kafkatest.Suffix()
 	tp := topics.FromSuffix(sfx)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -68,6 +74,13 @@ func NewOnCluster(t testing.TB, c *kafkatest.Cluster) *Harness {
 		_, _ = c.Admin().DeleteTopics(ctx, tp.All()...)
 	})
 	return newHarness(t, kafkatest.ClusterBrokers, sfx, tp, pgtest.NewURL(t))
+}
+
+// skipShort skips t under -short: a harness needs the broker and PostgreSQL.
+func skipShort(t testing.TB) {
+	t.Helper()
+	kafkatest.SkipShort(t)
+	pgtest.SkipShort(t)
 }
 
 func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbURL string) *Harness {
@@ -103,8 +116,8 @@ func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbU
 
 // IngestConfig is an ingester configuration for this harness.
 func (h *Harness) IngestConfig() ingest.Config {
-	return ingest.Config{Brokers: h.Brokers, DatabaseURL: h.DBURL, Providers: h.Providers,
-		Group: h.Group, Topics: h.Topics, AdminAddr: "127.0.0.1:0"}
+	return ingest.Config{Infra: service.Infra{Brokers: h.Brokers, DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0"},
+		Providers: h.Providers, Group: h.Group, Topics: h.Topics}
 }
 
 // SampleLines reads a sample JSONL file.

@@ -22,7 +22,7 @@ func ReadLines(path string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: Close has nothing to report
 	var out [][]byte
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 4<<20)

@@ -17,20 +17,24 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/problem"
-	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
 // Config configures the query API.
 type Config struct {
-	// Addr is where Run listens for the API (default 127.0.0.1:8080).
+	// Infra is where the API finds its database and its admin address: of it Run reads
+	// DatabaseURL (required), Pooler, MaxDBConns (default 10; below Needs().Min() Run refuses to
+	// start) and AdminAddr, where the runner (service.Run) serves /metrics, /livez, /readyz and
+	// pprof, unauthenticated (default 127.0.0.1:9104; never the API's address and never "-":
+	// docs/api.md, "Authentication"). The API only reads: it neither migrates nor relays, so it
+	// has no brokers.
+	service.Infra
+	// Addr is where Run listens for the API, the /v1 routes only (default 127.0.0.1:8080).
 	Addr string
-	// AdminAddr is where Run serves /metrics, /livez, /readyz and pprof, unauthenticated
-	// (default 127.0.0.1:9104); never the API's address (docs/api.md,
-	// "Authentication").
-	AdminAddr string
-	// AdminStarted, when set, receives the admin server's bound address.
-	AdminStarted func(addr string)
+	// Started, when set, receives the API's bound address (useful with ":0"); Deps.AdminStarted
+	// receives the admin address.
+	Started func(addr string)
 	// Tokens authenticate every /v1 request (required); each route needs attempts:read and
 	// the token's tenant. Run re-reads them on SIGHUP and on change (auth.Tokens.Watch).
 	Tokens *auth.Tokens
@@ -59,6 +63,9 @@ func (c Config) validate() error {
 	}
 	if c.Tokens == nil {
 		errs = append(errs, errors.New("query: Config.Tokens is required: every /v1 route authenticates"))
+	}
+	if c.AdminAddr == "-" {
+		errs = append(errs, errors.New(`query: Config.AdminAddr must not be "-": /metrics, /livez and /readyz are served only there, never on the API's address`))
 	}
 	if c.QueryTimeout < 0 {
 		errs = append(errs, errors.New("query: Config.QueryTimeout must not be negative"))
@@ -195,43 +202,66 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 	return code
 }
 
-// Run serves the API on cfg.Addr and /metrics (reg), /livez, /readyz (the database answers and
-// holds the schema) and pprof on cfg.AdminAddr, re-reading cfg.Tokens on SIGHUP and on change,
-// until ctx ends; then it shuts down within 5 s. Both addresses are bound before anything is
-// served, so one in use stops Run at once. started, when set, gets the API's bound address
-// (useful with ":0").
-func Run(ctx context.Context, cfg Config, db DB, logger *slog.Logger, reg *prometheus.Registry, started func(addr string)) error {
+// Deps are the API's injected dependencies, those of every service; AdminStarted receives the
+// admin server's bound address (Config.Started the API's).
+type Deps = service.Deps
+
+// Needs are what the API holds at once: a request's connection and the readiness check's.
+func Needs() service.Needs {
+	return service.Needs{{What: "a request", Conns: 1}, service.ReadinessNeed}
+}
+
+// spec is how service.Run runs the API: a pool, no migration, no Kafka, the admin listener on
+// Infra.AdminAddr.
+func (c Config) spec() service.Spec {
+	return service.Spec{Name: "query-api", Infra: c.Infra, Needs: Needs(), DefaultConns: 10}
+}
+
+// PoolConfig is the pool Run opens for c; Run refuses to start when its Validate fails.
+func (c Config) PoolConfig() service.PoolConfig { return c.spec().PoolConfig() }
+
+// Run serves the API on cfg.Addr until ctx ends, then shuts it down within 5 s; the runner
+// (service.Run) serves /metrics, /livez, /readyz (the database answers and holds the schema)
+// and pprof on cfg.AdminAddr, and closes the pool last. cfg.Tokens are re-read on SIGHUP and on
+// change (auth.Tokens.Watch) for as long as Run runs. Both addresses are bound before the pool
+// is opened (waiting for PostgreSQL like every service; no migration), so one in use stops Run
+// at once: the API's with an error naming BOOKRECON_QUERY_ADDR, the admin's with
+// telemetry.ErrAdminAddr.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
 	cfg = cfg.withDefaults()
-	api, err := New(cfg, db, logger, reg)
-	if err != nil {
+	if err := cfg.validate(); err != nil {
 		return err
 	}
-	admin, err := telemetry.Listen(cfg.AdminAddr)
-	if err != nil {
-		return err
-	}
-	defer admin.Close() // closed by the admin server too; a second Close is harmless
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("query API address %s: %w (is another process listening there? choose another with BOOKRECON_QUERY_ADDR)", cfg.Addr, err)
 	}
+	defer ln.Close() // closed by the API's server too; a second Close is harmless
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
 	wait, err := cfg.Tokens.Watch(bg)
 	if err != nil {
-		_ = ln.Close()
+		stop()
 		return err
 	}
-	defer wait()
-	adminDone := make(chan struct{})
-	go func() {
-		defer close(adminDone)
-		if err := telemetry.ServeListener(bg, admin, reg, api.Ready, api.log, cfg.AdminStarted); err != nil {
-			api.log.Error("admin server", "err", err)
-		}
-	}()
-	defer func() { <-adminDone }()
-	defer stop()
+	defer func() { stop(); wait() }()
+	var api *API
+	return service.Run(ctx, cfg.spec(), deps, service.Body{
+		Start: func(_ context.Context, rt *service.Runtime) error {
+			var err error
+			if api, err = New(cfg, rt.Pool, rt.Logger, rt.Registry); err != nil {
+				return err
+			}
+			rt.ReadyWhen(api.Ready)
+			return nil
+		},
+		Loop: func(ctx context.Context, _ *service.Runtime) error { return serve(ctx, api, ln, cfg.Started) },
+	})
+}
+
+// serve serves api on ln until ctx ends, then shuts down within 5 s. started, when set, gets
+// ln's address.
+func serve(ctx context.Context, api *API, ln net.Listener, started func(addr string)) error {
+	cfg := api.cfg
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: cfg.QueryTimeout + 5*time.Second, IdleTimeout: 2 * time.Minute}
 	api.log.Info("query API listening", "addr", ln.Addr().String())

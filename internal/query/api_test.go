@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -24,6 +25,8 @@ import (
 	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/auth/authtest"
 	"github.com/bookrecon/bookrecon/internal/query"
+	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/providers"
 )
 
 // TestRetryGate asks the gate about every case of DESIGN.md "Safe retry gate and blind retries",
@@ -529,8 +532,8 @@ func TestJudgeIsPure(t *testing.T) {
 	}
 }
 
-// TestRun serves the API and, on their own address, its admin endpoints on real listeners,
-// re-reads the tokens file on change, and stops.
+// TestRun serves the API and, on their own address, its admin endpoints on real listeners, on
+// a pool of its own, re-reads the tokens file on change, and stops.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -545,8 +548,9 @@ func TestRun(t *testing.T) {
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Go(func() {
-		runErr = query.Run(ctx, query.Config{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AdminStarted: func(a string) { adminc <- a },
-			Providers: b.caps, Tokens: tokens}, b.pool, slog.New(slog.DiscardHandler), reg, func(a string) { addrc <- a })
+		runErr = query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: b.pool.Config().ConnString(), AdminAddr: "127.0.0.1:0"},
+			Addr: "127.0.0.1:0", Started: func(a string) { addrc <- a }, Providers: b.caps, Tokens: tokens},
+			query.Deps{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminStarted: func(a string) { adminc <- a }})
 	})
 	addr, admin := <-addrc, <-adminc
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -606,5 +610,43 @@ func TestRun(t *testing.T) {
 	wg.Wait()
 	if runErr != nil {
 		t.Errorf("Run = %v, want nil after cancel", runErr)
+	}
+}
+
+// TestRunRefuses checks what stops Run at once, before it dials PostgreSQL (here a closed
+// port, which Run would wait out): no admin address, and an API address in use.
+func TestRunRefuses(t *testing.T) {
+	t.Parallel()
+	path, _ := authtest.File(t)
+	tokens, err := auth.Open(path, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	closedDB := service.Infra{DatabaseURL: "postgres://bookrecon@127.0.0.1:1/bookrecon?sslmode=disable"}
+	noAdmin, adminFree := closedDB, closedDB
+	noAdmin.AdminAddr, adminFree.AdminAddr = "-", "127.0.0.1:0"
+	for _, tt := range []struct {
+		name string
+		cfg  query.Config
+		want string
+	}{
+		{"NoAdminAddr", query.Config{Infra: noAdmin, Addr: "127.0.0.1:0", Providers: &providers.Map{}, Tokens: tokens},
+			`query: Config.AdminAddr must not be "-": /metrics, /livez and /readyz are served only there, never on the API's address`},
+		{"AddrInUse", query.Config{Infra: adminFree, Addr: busy.Addr().String(), Providers: &providers.Map{}, Tokens: tokens},
+			"query API address " + busy.Addr().String() + ": listen tcp " + busy.Addr().String() +
+				": bind: address already in use (is another process listening there? choose another with BOOKRECON_QUERY_ADDR)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := query.Run(ctx, tt.cfg, query.Deps{Logger: slog.New(slog.DiscardHandler)}); err == nil || err.Error() != tt.want {
+				t.Errorf("Run = %v, want %s", err, tt.want)
+			}
+		})
 	}
 }

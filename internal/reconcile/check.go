@@ -95,8 +95,8 @@ func (r *Reconciler) checkOnce(ctx context.Context, c Claimed) error {
 	} else {
 		v = r.lookup(ctx, a, caps, p.query)
 	}
-	if r.BeforeWrite != nil {
-		r.BeforeWrite(ctx, a)
+	if f := r.testSignals.beforeWrite; f != nil {
+		f(ctx, a)
 	}
 	return r.write(ctx, c, v)
 }

@@ -255,7 +255,7 @@ func TestCheckOutageIsNotTheAttemptsFailure(t *testing.T) {
 	clk := newStepClock(time.Now().UTC().Truncate(time.Millisecond).Add(2 * time.Second))
 	rec, reg := newReconciler(t, demoConfig(m), pool, startSim(t, newSim(truth, m, clk, 1, simulator.Faults{}), clk), clk)
 	var kills atomic.Int64
-	rec.BeforeWrite = func(context.Context, *attempt.Row) {
+	reconcile.SetBeforeWrite(rec, func(context.Context, *attempt.Row) {
 		if kills.Add(1) != 1 {
 			return
 		}
@@ -263,7 +263,7 @@ func TestCheckOutageIsNotTheAttemptsFailure(t *testing.T) {
 			WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 			t.Errorf("terminate: %v", err)
 		}
-	}
+	})
 	if _, err := rec.RunOnce(ctx); err == nil {
 		t.Fatal("RunOnce during the outage reported no error")
 	}

@@ -73,11 +73,11 @@ func TestLateEventBeatsHeldClaim(t *testing.T) {
 			reg := o.reg
 			applied := 0
 			var hookErr error
-			o.rec.BeforeWrite = func(ctx context.Context, a *attempt.Row) {
+			reconcile.SetBeforeWrite(o.rec, func(ctx context.Context, a *attempt.Row) {
 				// Runs on a reconciler worker, between the provider's answer and the fenced write.
 				applied++
 				_, hookErr = tryApplyEvent(ctx, o.pool, o.scfg, tc.event(tc.spec, time.Now()))
-			}
+			})
 			o.clk.Add(2 * time.Second)
 			if n, err := o.rec.RunOnce(o.ctx); err != nil || n != 1 || applied != 1 || hookErr != nil {
 				t.Fatalf("RunOnce = %d, %v (hook ran %d times: %v)", n, err, applied, hookErr)
@@ -282,13 +282,13 @@ func TestLateVerdictAfterLostLease(t *testing.T) {
 				hookErr error
 				taken   row // the attempt as the take-over left it
 			)
-			o.rec.BeforeWrite = func(ctx context.Context, a *attempt.Row) {
+			reconcile.SetBeforeWrite(o.rec, func(ctx context.Context, a *attempt.Row) {
 				paused++
 				o.clk.Add(lease + time.Millisecond) // A's lease has expired
 				if hookErr = tc.takeOver(ctx, o, b, spec); hookErr == nil {
 					taken, hookErr = tryReadRow(ctx, o.pool, spec.Tenant, spec.Key())
 				}
-			}
+			})
 			o.clk.Add(2 * time.Second)
 			if n, err := o.rec.RunOnce(o.ctx); err != nil || n != 1 || paused != 1 || hookErr != nil {
 				t.Fatalf("RunOnce = %d, %v (paused %d times: %v)", n, err, paused, hookErr)

@@ -114,7 +114,7 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 	for i, budget := range pauseBudget {
 		var pauses atomic.Int32
 		owner := fmt.Sprintf("rec-%d", i)
-		rs[i].BeforeWrite = func(_ context.Context, a *attempt.Row) {
+		reconcile.SetBeforeWrite(rs[i], func(_ context.Context, a *attempt.Row) {
 			// Only first claims (token 1): a re-claim of somebody else's paused attempt must go
 			// through, or the test would wait on itself.
 			if a.Token != 1 || pauses.Add(1) > int32(budget) {
@@ -123,7 +123,7 @@ func TestRaceFourReconcilersWithLostLeases(t *testing.T) {
 			p := claimPause{owner: owner, id: a.ID, token: a.Token, release: make(chan struct{})}
 			pausedCh <- p
 			<-p.release
-		}
+		})
 	}
 	var (
 		wg     sync.WaitGroup

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -24,13 +25,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/relay"
+	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// Config configures a reconciler. Zero values take the documented defaults.
+// Config configures a reconciler. Zero values take the documented defaults. Run reads Infra
+// (Brokers and DatabaseURL required; AdminAddr default 127.0.0.1:9102, MaxDBConns default
+// service.DefaultRunConns) and the provider port; New reads the rest.
 type Config struct {
+	service.Infra
+	// ProviderURL is the base URL of the providers' lookup API Run checks at (required unless
+	// Provider is set).
+	ProviderURL string
+	// Provider, when set, is the provider port Run checks with instead of an HTTP client of
+	// ProviderURL.
+	Provider providers.Provider
 	// Owner names this instance in lease_owner (default a random UUID).
 	Owner string
 	// Providers is the capability map (required).
@@ -93,6 +106,45 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Deps are the reconciler's injected dependencies, those of every service.
+type Deps = service.Deps
+
+// spec is how service.Run runs the reconciler: one loop beside the relay of the resolutions and
+// escalations topics.
+func (c Config) spec() service.Spec {
+	return service.LoopSpec("reconciler", c.Infra, "127.0.0.1:9102", relay.ForService(c.Brokers,
+		[]string{cmp.Or(c.Store.ResolutionsTopic, events.TopicResolutions), cmp.Or(c.Store.EscalationsTopic, events.TopicEscalations)}))
+}
+
+// PoolConfig is the pool Run opens for c; Run refuses to start when its Validate fails.
+func (c Config) PoolConfig() service.PoolConfig { return c.spec().PoolConfig() }
+
+// errNoProviders: Config.Providers is required.
+var errNoProviders = errors.New("reconcile: Providers (capability map) is required")
+
+// Run runs the reconciler service until ctx ends: service.Run opens and migrates the pool and
+// starts the admin server and the outbox relay around New(cfg, …).Run, which checks at
+// cfg.Provider, or over HTTP at cfg.ProviderURL; shutdown is Reconciler.Run's, then
+// service.Run's. A missing Providers or provider port is an error at once.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	p := cfg.Provider
+	switch {
+	case cfg.Providers == nil:
+		return errNoProviders
+	case p == nil && cfg.ProviderURL == "":
+		return errors.New("reconcile: ProviderURL (or Provider) is required")
+	case p == nil:
+		p = providers.NewHTTP(cfg.ProviderURL, &http.Client{})
+	}
+	return service.RunLoop(ctx, cfg.spec(), deps, func(ctx context.Context, rt *service.Runtime) error {
+		r, err := New(cfg, rt.Pool, p, rt.Logger, rt.Registry, nil)
+		if err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	})
+}
+
 // Clock is the reconciler's time source; tests inject one.
 type Clock func() time.Time
 
@@ -107,16 +159,23 @@ type Reconciler struct {
 	slots    *slots
 	// dbClockFloor: see Config.DatabaseClockFloor.
 	dbClockFloor bool
-	// BeforeWrite, when set, runs after the provider answered and before the fenced write
-	// (tests pause a reconciler here past its lease).
-	BeforeWrite func(ctx context.Context, a *attempt.Row)
+	testSignals  testSignals
+}
+
+// testSignals are the points where tests pause a reconciler, in the style of river's
+// clientTestSignals: unexported, never set in production, set by the package's tests through
+// export_test.go; a nil field is no signal.
+type testSignals struct {
+	// beforeWrite runs after the provider answered and before the fenced write (tests pause a
+	// reconciler here past its lease).
+	beforeWrite func(ctx context.Context, a *attempt.Row)
 }
 
 // New returns a reconciler. reg may be nil (metrics not registered); now may be nil (time.Now).
 func New(cfg Config, pool *pgxpool.Pool, p providers.Provider, log *slog.Logger, reg prometheus.Registerer, now Clock) (*Reconciler, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Providers == nil {
-		return nil, errors.New("reconcile: Providers (capability map) is required")
+		return nil, errNoProviders
 	}
 	floor := cfg.DatabaseClockFloor
 	if now == nil {

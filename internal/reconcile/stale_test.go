@@ -9,6 +9,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -64,13 +65,13 @@ func TestStaleInProgressTurnsUnknownThenReconciled(t *testing.T) {
 			rec, reg := newReconciler(t, cfg, pool, startSim(t, sim, clk), clk)
 			var seen *row
 			var seenErr error
-			rec.BeforeWrite = func(ctx context.Context, a *attempt.Row) {
+			reconcile.SetBeforeWrite(rec, func(ctx context.Context, a *attempt.Row) {
 				// The state the sweep committed, before the check writes its verdict.
 				r := row{}
 				seenErr = pool.QueryRow(ctx, `SELECT status, coalesce(timeout_class, '') FROM booking_attempt WHERE id = $1`, a.ID).
 					Scan(&r.Status, &r.TimeoutClass)
 				seen = &r
-			}
+			})
 
 			if n, err := rec.RunOnce(ctx); err != nil || n != 0 {
 				t.Fatalf("at created_at + 60s: RunOnce = %d, %v; want nothing", n, err)

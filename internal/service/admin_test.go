@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bookrecon/bookrecon/internal/ingest"
@@ -34,11 +33,11 @@ func TestAdminAddressTakenFailsAtStartup(t *testing.T) {
 	defer cancel()
 	for name, run := range map[string]func() error{
 		"service.Run": func() error {
-			return service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: nowhere, AdminAddr: addr, Publish: relay.ForService([]string{"127.0.0.1:1"}, nil)},
-				slog.New(slog.DiscardHandler), prometheus.NewRegistry(), func(context.Context, *pgxpool.Pool) error { return nil })
+			return service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: nowhere, AdminAddr: addr}, "", relay.ForService([]string{"127.0.0.1:1"}, nil)),
+				service.Deps{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()}, func(context.Context, *service.Runtime) error { return nil })
 		},
 		"ingest.Run": func() error {
-			return ingest.Run(ctx, ingest.Config{Brokers: []string{"127.0.0.1:1"}, DatabaseURL: nowhere, Providers: &providers.Map{}, AdminAddr: addr},
+			return ingest.Run(ctx, ingest.Config{Infra: service.Infra{Brokers: []string{"127.0.0.1:1"}, DatabaseURL: nowhere, AdminAddr: addr}, Providers: &providers.Map{}},
 				ingest.Deps{Logger: slog.New(slog.DiscardHandler)})
 		},
 	} {

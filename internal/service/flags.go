@@ -1,12 +1,16 @@
 package service
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/providers"
 )
 
 // ExitUsage is the exit status of a usage or configuration error (kong's convention).
@@ -90,3 +94,31 @@ func (f *FlagChecks) Check(err error) {
 
 // Err joins the problems (nil when there are none).
 func (f FlagChecks) Err() error { return errors.Join(f...) }
+
+// SharedFlags are the command-line flags the ingester, the reconciler and the escalator share (each
+// embeds them in its cli struct): the database, the brokers and the capability map. Each binary
+// adds its own pool bound and admin address (their BOOKRECON_<SERVICE>_ variables), and Infra
+// joins them.
+type SharedFlags struct {
+	DatabaseURL  string   `env:"BOOKRECON_DATABASE_URL" help:"PostgreSQL URL (default: the local stack's database, 127.0.0.1:5432/bookrecon); never shown, as it holds a password."`
+	MigrateURL   string   `env:"BOOKRECON_MIGRATE_DATABASE_URL" help:"Direct PostgreSQL URL for the migrations only (default the database URL; required with a transaction pooler)."`
+	Pooler       string   `env:"BOOKRECON_DATABASE_POOLER" enum:"none,session,transaction" default:"none" help:"What the database URL reaches: none (direct), session or transaction (a pooler in that mode, e.g. PgBouncer)."`
+	KafkaBrokers []string `env:"BOOKRECON_KAFKA_BROKERS" default:"127.0.0.1:19092" help:"Kafka seed brokers."`
+	Providers    File     `env:"BOOKRECON_PROVIDERS" required:"" help:"Capability map (format of samples/providers.yaml)."`
+}
+
+// Infra is the service's Infra from f, the service's pool bound (its _DB_CONNS) and admin
+// address; an empty database URL is the local stack's (postgres.DefaultURL).
+func (f SharedFlags) Infra(maxDBConns int32, adminAddr string) Infra {
+	return Infra{Brokers: f.KafkaBrokers, DatabaseURL: cmp.Or(f.DatabaseURL, postgres.DefaultURL), MigrateDatabaseURL: f.MigrateURL,
+		Pooler: postgres.Pooler(f.Pooler), MaxDBConns: maxDBConns, AdminAddr: adminAddr}
+}
+
+// LoadProviders reads the capability map the flags name (providers.LoadMap).
+func (f SharedFlags) LoadProviders() (*providers.Map, error) {
+	m, err := providers.LoadMap(string(f.Providers))
+	if err != nil {
+		return nil, fmt.Errorf("capability map: %w", err)
+	}
+	return m, nil
+}

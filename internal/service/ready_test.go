@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
@@ -49,9 +48,9 @@ func TestReadyzNeedsABroker(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				done <- service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: pgtest.NewURL(t), AdminAddr: "127.0.0.1:0", Publish: relay.ForService(c.brokers, nil)},
-					slog.New(slog.NewJSONHandler(&logs, nil)), prometheus.NewRegistry(),
-					func(ctx context.Context, _ *pgxpool.Pool) error { <-ctx.Done(); return nil })
+				done <- service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: pgtest.NewURL(t), AdminAddr: "127.0.0.1:0"}, "", relay.ForService(c.brokers, nil)),
+					service.Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registry: prometheus.NewRegistry()},
+					func(ctx context.Context, _ *service.Runtime) error { <-ctx.Done(); return nil })
 			}()
 			defer func() {
 				cancel()

@@ -1,8 +1,10 @@
 // Package service holds what the service binaries share: Main (logger, signals, exit status),
-// OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a direct session),
-// and for the reconciler and escalator Run — the pool, the admin server, the part that publishes
-// their outbox rows (Config.Publish: relay.ForService) and two-phase shutdown around their loop.
-// It links no Kafka client, so the query API, which only reads, links none either.
+// ParseFlags, OpenPool (refusing a pool too small, waiting for PostgreSQL, migrating over a
+// direct session) and Run, the one runner every service's Run(ctx, cfg, deps) goes through — the
+// admin listener, the pool, the Kafka client, the outbox relay and two-phase shutdown around the
+// service's own loop (run.go). It links no Kafka client, so the query API, which only reads,
+// links none either: the part that publishes a service's outbox rows comes from relay.ForService
+// (Spec.Publish), and the ingester, whose relay shares its consumer's client, starts its own.
 package service
 
 import (
@@ -15,114 +17,16 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/migrations"
 )
-
-// Config is the shared part of a service's configuration.
-type Config struct {
-	Name        string
-	DatabaseURL string
-	// MigrateDatabaseURL is a direct session to the same database, used only by the migrations
-	// ("": DatabaseURL; required behind a transaction pooler, see PoolConfig).
-	MigrateDatabaseURL string
-	Pooler             postgres.Pooler // what DatabaseURL reaches ("": none)
-	AdminAddr          string
-	// AdminStarted, when set, receives the admin server's bound address.
-	AdminStarted func(addr string)
-	// MaxDBConns bounds the pool (default DefaultRunConns; below RunNeeds().Min() Run refuses
-	// to start).
-	MaxDBConns int32
-	// Publish starts the part that publishes the service's outbox rows beside its loop
-	// (relay.ForService: a Kafka client, the outbox relay and a broker watch; where relays run:
-	// docs/decisions.md). nil: the service publishes nothing.
-	Publish Publish
-}
-
-// Publish starts, on a service's pool, the part that publishes its outbox rows (relay.ForService).
-// name is the service's (Config.Name); reg receives the part's metrics.
-type Publish func(name string, pool *pgxpool.Pool, log *slog.Logger, reg *prometheus.Registry) (Publisher, error)
-
-// Publisher is a running service's publishing part.
-type Publisher interface {
-	// Run publishes until ctx ends, then closes what the part opened.
-	Run(ctx context.Context)
-	// Ready is the part's share of /readyz: nil while it can publish.
-	Ready() error
-}
-
-// DefaultRunConns is the pool of a service Run starts when Config.MaxDBConns is 0.
-const DefaultRunConns = 4
-
-// RunNeeds are the parts of a service Run starts that hold a database connection at the same
-// time: its loop, the outbox relay and the readiness check.
-func RunNeeds() Needs {
-	return Needs{{What: "its loop", Conns: 1}, RelayNeed, ReadinessNeed}
-}
-
-// PoolConfig is the pool Run opens for cfg.
-func (cfg Config) PoolConfig() PoolConfig {
-	return PoolConfig{Name: cfg.Name, URL: cfg.DatabaseURL, MigrateURL: cfg.MigrateDatabaseURL, Pooler: cfg.Pooler,
-		MaxConns: cmp.Or(cfg.MaxDBConns, DefaultRunConns), Needs: RunNeeds(), Migrate: true}
-}
-
-// Run opens and migrates the pool, starts the admin server and cfg.Publish's part, runs loop
-// until ctx ends, then stops the part (relay.ForService: the relay, then its Kafka client) and
-// closes the pool last. A pool smaller than RunNeeds, or a transaction pooler without a direct
-// URL to migrate over, is a configuration error (postgres.ErrConfig), returned at once. /readyz
-// is ready while the part is (relay.ForService: no outbox topic paused, a broker answered
-// within kafka.AnsweredWithin) and PostgreSQL answers.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry,
-	loop func(ctx context.Context, pool *pgxpool.Pool) error) error {
-	admin, err := telemetry.Listen(cfg.AdminAddr)
-	if err != nil {
-		return err
-	}
-	defer admin.Close() // closed by the admin server too; a second Close is harmless
-	pool, err := OpenPool(ctx, log, cfg.PoolConfig())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	var pub Publisher
-	if cfg.Publish != nil {
-		if pub, err = cfg.Publish(cfg.Name, pool, log, reg); err != nil {
-			return err
-		}
-	}
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stop()
-	if pub != nil {
-		wg.Go(func() { pub.Run(bg) })
-	}
-	wg.Go(func() {
-		// Ready only while it can publish (relay.ForService: a broker answered lately, whether
-		// or not this service's relay holds the lease now).
-		ready := func(ctx context.Context) error {
-			if pub != nil {
-				if err := pub.Ready(); err != nil {
-					return err
-				}
-			}
-			return pool.Ping(ctx)
-		}
-		if err := telemetry.ServeListener(bg, admin, reg, ready, log, cfg.AdminStarted); err != nil {
-			log.Error("admin server", "err", err)
-		}
-	})
-	return loop(ctx, pool)
-}
 
 // Need is one part of a service that holds database connections while the others run.
 type Need struct {

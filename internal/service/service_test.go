@@ -35,6 +35,7 @@ func TestOpenPoolMalformedURL(t *testing.T) {
 // at once as postgres.ErrConfig with what to do, instead of being waited out like an outage.
 func TestOpenPoolRefusals(t *testing.T) {
 	t.Parallel()
+	pgtest.SkipShort(t)
 	u, err := url.Parse(pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +107,11 @@ func TestPoolRefusedAtOnce(t *testing.T) {
 		}
 	}
 	// Run refuses the same way, and a migrate URL of its own makes a transaction pooler fine.
-	err := service.Run(ctx, service.Config{Name: "escalator", DatabaseURL: url, MaxDBConns: 1}, slog.New(slog.DiscardHandler), nil, nil)
+	err := service.RunLoop(ctx, service.LoopSpec("escalator", service.Infra{DatabaseURL: url, MaxDBConns: 1}, "", nil), service.Deps{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if !errors.Is(err, postgres.ErrConfig) {
 		t.Errorf("Run with a pool of 1 = %v, want postgres.ErrConfig", err)
 	}
-	ok := service.Config{Name: "escalator", DatabaseURL: url, MigrateDatabaseURL: "postgres://u:p@127.0.0.1:2/d", Pooler: postgres.PoolerTransaction}
+	ok := service.LoopSpec("escalator", service.Infra{DatabaseURL: url, MigrateDatabaseURL: "postgres://u:p@127.0.0.1:2/d", Pooler: postgres.PoolerTransaction}, "", nil)
 	if err := ok.PoolConfig().Validate(); err != nil {
 		t.Errorf("%+v: %v", ok, err)
 	}

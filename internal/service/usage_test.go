@@ -50,6 +50,8 @@ func TestConfigErrorsAreUsageErrors(t *testing.T) {
 		{"ShortBatchTimeout", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_BATCH_TIMEOUT=-5s"}, nil, "--batch-timeout (BOOKRECON_BATCH_TIMEOUT) must be at least 1s, got -5s"},
 		{"ShortRetention", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_RETENTION_DAYS=2"}, nil, "--retention-days (BOOKRECON_RETENTION_DAYS) must be at least 3, got 2"},
 		{"NoBrokers", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_KAFKA_BROKERS="}, nil, "--kafka-brokers (BOOKRECON_KAFKA_BROKERS) is required"},
+		// The crash failpoint exists only in a binary built with -tags failpoint (crash tests).
+		{"NoFailpointFlag", "ingester", []string{"BOOKRECON_PROVIDERS=" + mp}, []string{"--failpoint", "after-db-commit:1"}, "unknown flag --failpoint"},
 		{"DatabaseURLDoesNotParse", "escalator", []string{"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_DATABASE_URL=postgres://u:hunter2@127.0.0.1:abc/db"}, nil, "BOOKRECON_DATABASE_URL does not parse"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

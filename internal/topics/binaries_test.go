@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,7 +115,7 @@ func v1Records(t *testing.T, adm *kadm.Client, before map[string]int64, marker s
 	from := map[string]map[int32]kgo.Offset{}
 	todo := 0
 	for tp, end := range after {
-		topic, p := splitTP(tp)
+		topic, p := splitTP(t, tp)
 		if start := before[tp]; end > start {
 			if from[topic] == nil {
 				from[topic] = map[int32]kgo.Offset{}
@@ -145,11 +146,15 @@ func v1Records(t *testing.T, adm *kadm.Client, before map[string]int64, marker s
 	return found
 }
 
-func splitTP(tp string) (string, int32) {
+// splitTP splits a v1State key, topic/partition.
+func splitTP(t *testing.T, tp string) (string, int32) {
+	t.Helper()
 	i := strings.LastIndexByte(tp, '/')
-	var p int32
-	fmt.Sscan(tp[i+1:], &p)
-	return tp[:i], p
+	p, err := strconv.ParseInt(tp[i+1:], 10, 32)
+	if err != nil {
+		t.Fatalf("v1State key %q: %v", tp, err)
+	}
+	return tp[:i], int32(p)
 }
 
 // endSum returns the sum of topic's end offsets: the records written to it.

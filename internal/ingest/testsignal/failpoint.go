@@ -1,4 +1,4 @@
-package ingest
+package testsignal
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"sync"
 )
 
-// Failpoint kinds (BOOKRECON_FAILPOINT in cmd/ingester).
+// Failpoint kinds (BOOKRECON_FAILPOINT of cmd/ingester built with the failpoint tag).
 const (
 	// FailAfterDBCommit fires after a batch's database commit, before its offset commit:
 	// the batch is durable but will be redelivered.
@@ -36,7 +36,7 @@ func ParseFailpoint(spec string) (Failpoint, error) {
 	for _, p := range parts[1:] {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return Failpoint{}, fmt.Errorf("ingest: failpoint %q: %q is not a count", spec, p)
+			return Failpoint{}, fmt.Errorf("failpoint %q: %q is not a count", spec, p)
 		}
 		nums = append(nums, n)
 	}
@@ -46,12 +46,12 @@ func ParseFailpoint(spec string) (Failpoint, error) {
 	case parts[0] == FailMidBatch && len(nums) == 2 && nums[0] >= 1:
 		return Failpoint{Kind: FailMidBatch, Batch: nums[0], After: nums[1]}, nil
 	}
-	return Failpoint{}, errors.New("ingest: failpoint must be after-db-commit:N or mid-batch:N:M with N ≥ 1")
+	return Failpoint{}, errors.New("failpoint must be after-db-commit:N or mid-batch:N:M with N ≥ 1")
 }
 
-// Install sets d's hooks so that kill runs once, at the failpoint. kill is expected not to
-// return (cmd/ingester sends its own process SIGKILL); the hooks chain any hook already set.
-func (f Failpoint) Install(d *Deps, kill func()) {
+// Install sets s's signals so that kill runs once, at the failpoint. kill is expected not to
+// return (cmd/ingester sends its own process SIGKILL); the signals chain any signal already set.
+func (f Failpoint) Install(d *Ingester, kill func()) {
 	var mu sync.Mutex
 	batches, fired := 0, false
 	fire := func() {

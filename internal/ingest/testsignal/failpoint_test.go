@@ -1,9 +1,9 @@
-package ingest_test
+package testsignal_test
 
 import (
 	"testing"
 
-	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
 )
 
 // TestFailpoint checks the failpoint grammar and where each kind fires: after-db-commit:N on
@@ -13,16 +13,16 @@ func TestFailpoint(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"", "after-db-commit", "after-db-commit:0", "after-db-commit:x", "after-db-commit:1:2",
 		"mid-batch:2", "mid-batch:0:5", "mid-batch:1:-1", "sometime:1"} {
-		if _, err := ingest.ParseFailpoint(bad); err == nil {
+		if _, err := testsignal.ParseFailpoint(bad); err == nil {
 			t.Errorf("ParseFailpoint(%q) accepted", bad)
 		}
 	}
 
-	fp, err := ingest.ParseFailpoint("after-db-commit:3")
-	if err != nil || fp != (ingest.Failpoint{Kind: ingest.FailAfterDBCommit, Batch: 3}) {
+	fp, err := testsignal.ParseFailpoint("after-db-commit:3")
+	if err != nil || fp != (testsignal.Failpoint{Kind: testsignal.FailAfterDBCommit, Batch: 3}) {
 		t.Fatalf("after-db-commit:3 = %+v, %v", fp, err)
 	}
-	var d ingest.Deps
+	var d testsignal.Ingester
 	prev := 0
 	d.AfterDBCommit = func() { prev++ }
 	kills := 0
@@ -37,11 +37,11 @@ func TestFailpoint(t *testing.T) {
 		t.Errorf("chained hook ran %d times, want 5", prev)
 	}
 
-	fp, err = ingest.ParseFailpoint("mid-batch:2:50")
-	if err != nil || fp != (ingest.Failpoint{Kind: ingest.FailMidBatch, Batch: 2, After: 50}) {
+	fp, err = testsignal.ParseFailpoint("mid-batch:2:50")
+	if err != nil || fp != (testsignal.Failpoint{Kind: testsignal.FailMidBatch, Batch: 2, After: 50}) {
 		t.Fatalf("mid-batch:2:50 = %+v, %v", fp, err)
 	}
-	d, kills = ingest.Deps{}, 0
+	d, kills = testsignal.Ingester{}, 0
 	var at [2]int // batch, index of the kill
 	batch := 0
 	fp.Install(&d, func() { kills++; at = [2]int{batch, 0} })

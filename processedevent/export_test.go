@@ -1,0 +1,4 @@
+package processedevent
+
+// Statements are the package's named statements, for TestStatementsPrepare.
+var Statements = stmts
