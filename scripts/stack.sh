@@ -3,6 +3,7 @@
 # single node) on 127.0.0.1. Idempotent: `up` starts what is not running, `down` stops it.
 #
 #   scripts/stack.sh up | down | reset | status | env
+#   scripts/stack.sh redis up | down | status
 #   scripts/stack.sh cluster up | down | reset | status | env | kill N | start N
 #
 # PostgreSQL: postgresql://bookrecon:bookrecon@127.0.0.1:5432/bookrecon (role may create databases).
@@ -14,6 +15,9 @@
 #             .stack/kafka-cluster/nodeN. `kill N` sends SIGKILL to node N (1-3), `start N`
 #             starts it again on its data. Each JVM has at most 512 MiB of heap.
 # PgBouncer:  Debian's package installed, not started (the tests start their own).
+# Redis:      Debian's redis-server on 127.0.0.1:6379 (REDIS_PORT overrides), no persistence: the
+#             optional in-flight limiter of the idempotency package (BOOKRECON_REDIS_URL). Its pid,
+#             log and working directory under .stack/redis. `redis up|down|status` alone.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STACK="$ROOT/.stack"
@@ -25,6 +29,9 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
 PG_URL="postgres://bookrecon:bookrecon@127.0.0.1:5432/bookrecon?sslmode=disable"
 KAFKA_ADDR="127.0.0.1:19092"
+RDIR="$STACK/redis"
+REDIS_PORT="${REDIS_PORT:-6379}"
+REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 
@@ -160,6 +167,48 @@ kafka_down() {
   rm -f "$KDIR/broker.pid"
 }
 
+# --- Redis (the idempotency package's optional in-flight limiter) ------------------------------
+
+redis_running() { [ -f "$RDIR/redis.pid" ] && kill -0 "$(cat "$RDIR/redis.pid")" 2>/dev/null; }
+
+redis_up() {
+  if ! command -v redis-server >/dev/null 2>&1; then
+    log "installing redis-server"
+    $SUDO apt-get update -qq
+    # Where systemd runs, the package starts its own service on 6379; that one is then used.
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  fi
+  if redis_running && wait_port 127.0.0.1 "$REDIS_PORT" 1; then log "redis already running: $REDIS_URL"; return 0; fi
+  if wait_port 127.0.0.1 "$REDIS_PORT" 1; then
+    log "redis: 127.0.0.1:$REDIS_PORT is already served by a server this checkout did not start (the system's, or another checkout's); using it"
+    return 0
+  fi
+  mkdir -p "$RDIR"
+  log "starting redis"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no --daemonize yes \
+    --pidfile "$RDIR/redis.pid" --logfile "$RDIR/redis.log" --dir "$RDIR"
+  if ! wait_port 127.0.0.1 "$REDIS_PORT" 15; then
+    log "redis did not open 127.0.0.1:$REDIS_PORT; last log lines:"; tail -20 "$RDIR/redis.log" >&2; return 1
+  fi
+  log "redis ready: $REDIS_URL"
+}
+
+redis_down() {
+  if redis_running; then
+    local pid i; pid="$(cat "$RDIR/redis.pid")"
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$RDIR/redis.pid"
+}
+
+redis_status() {
+  if redis_running; then echo "redis: running ($REDIS_URL, pid $(cat "$RDIR/redis.pid"))"
+  elif wait_port 127.0.0.1 "$REDIS_PORT" 1; then echo "redis: 127.0.0.1:$REDIS_PORT served by a server this checkout did not start"
+  else echo "redis: stopped"; fi
+}
+
 # --- the three-node cluster (fault tests) -----------------------------------------------------
 
 node_check() { [[ "${1:-}" =~ ^[123]$ ]] || { log "node must be 1, 2 or 3, not '${1:-}'"; exit 2; }; }
@@ -268,16 +317,25 @@ cluster() {
 
 case "${1:-}" in
   cluster) shift; cluster "$@" ;;
-  up) pg_up; kafka_up ;;
-  down) kafka_down; log "kafka stopped (postgresql left to the system)" ;;
+  redis)
+    case "${2:-}" in
+      up) redis_up ;;
+      down) redis_down; log "redis stopped" ;;
+      status) redis_status ;;
+      *) echo "usage: $0 redis up|down|status" >&2; exit 2 ;;
+    esac ;;
+  up) pg_up; kafka_up; redis_up ;;
+  down) kafka_down; redis_down; log "kafka and redis stopped (postgresql left to the system)" ;;
   reset) kafka_down; rm -rf "$KDIR/data"; log "kafka data removed" ;;
   status)
     if kafka_running; then echo "kafka: running ($KAFKA_ADDR, pid $(cat "$KDIR/broker.pid"))"
     elif wait_port 127.0.0.1 19092 1; then echo "kafka: $KAFKA_ADDR served by a broker this checkout did not start"
     else echo "kafka: stopped"; fi
+    redis_status
     pg_lsclusters 2>/dev/null || echo "postgresql: not installed" ;;
   env)
     echo "export BOOKRECON_DATABASE_URL='$PG_URL'"
-    echo "export BOOKRECON_KAFKA_BROKERS='$KAFKA_ADDR'" ;;
-  *) echo "usage: $0 up|down|reset|status|env | cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
+    echo "export BOOKRECON_KAFKA_BROKERS='$KAFKA_ADDR'"
+    echo "export BOOKRECON_REDIS_URL='$REDIS_URL'" ;;
+  *) echo "usage: $0 up|down|reset|status|env | redis up|down|status | cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
 esac

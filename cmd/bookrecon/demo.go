@@ -42,7 +42,7 @@ func (c *demoCmd) Validate() error {
 // demoInputs are the samples the demo reads; all must be there before it drops anything.
 var demoInputs = []string{"attempts.jsonl", "manual-decisions.jsonl", "providers.yaml", "provider-truth.json", "expected.json"}
 
-func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
+func (c *demoCmd) Run(ctx context.Context, g *Globals) (err error) {
 	dir := c.Samples
 	if dir == "" {
 		var err error
@@ -89,7 +89,11 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer func() {
+		if cerr := logf.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("demo log %s: %w", c.Log, cerr) // the services' log lost its end
+		}
+	}()
 	fi, _ := os.Stdout.Stat()
 	live := fi != nil && fi.Mode()&os.ModeCharDevice != 0
 	fmt.Printf("bookrecon demo: samples %s, database %s, logs %s\n", dir, c.Database, c.Log)

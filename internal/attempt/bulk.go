@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,20 +16,19 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 )
 
-// Bulk applies the common cases of a batch of deduplicated attempt events with a handful of
-// set-based statements instead of a dozen statements per event: a version-1 attempt started,
-// then settled by its own success or failure event, with no other version of its (intent,
-// operation, subject), no kept decision, no provider reference already claimed by another
-// attempt. Everything else — UNKNOWN, key conflicts, contradictions, late starts, retries —
-// goes to the per-event path (ApplyEvent), and so does every later event of an intent once one
-// of its events did: the two paths never interleave on an intent.
-//
-// Use: NewBulk (locks every intent, reads their attempts, and plans: an intent goes the bulk
-// way only if every one of its events in the batch is a common case), then Try for each event
-// in batch order — false means "apply it with ApplyEvent now" — then Flush. Because an intent
-// is wholly on one path, the per-event path never reads state that a buffered bulk write has
-// not yet stored. The rules and effects are those of ApplyEvent (DESIGN.md "Attempt states",
-// "Storage rules").
+// Bulk is the batch write path: it locks a batch's intents and loads their attempts and kept
+// decisions set-based (NewBulk), applies the transition function (OnEvent) event by event in
+// batch order to the attempts in memory, and flushes what it buffered with a handful of
+// set-based statements (Flush) instead of a dozen statements per event. It buffers the steps
+// whose effects it can write set-based: creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN →
+// terminal without an open outcome escalation, late starts, repeats, key conflicts,
+// contradictions and stale reports, of a version-1 attempt alone in its (intent, operation,
+// subject), without a kept decision or an escalation other than no_lookup_capability, opening
+// only escalations that cannot exist yet. Any other step — a retry (version ≥ 2), a reference
+// recorded by a repeated outcome_unknown, … — is written by the per-event path (ApplyEvent),
+// and so is every later event of its intent in the batch: Apply first flushes what the batch
+// buffered for that intent, so the per-event path reads what the bulk path decided. The rules
+// and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Storage rules").
 type Bulk struct {
 	t        *Tx
 	codes    []string
@@ -38,13 +36,18 @@ type Bulk struct {
 	group    map[string][]*Row  // tenant/intent/op/subject → its versions
 	pending  map[[2]string]bool // (tenant, key) with a kept manual decision
 	dirty    map[[2]string]bool // (tenant, intent) handed to the per-event path
+	buffered map[[2]string]bool // (tenant, intent) with writes not flushed yet
 	inserts  []*Row             // new attempts, final state
-	updates  map[uuid.UUID]*Row // existing attempts changed
+	inserted map[uuid.UUID]bool // the ids of inserts
+	updates  map[uuid.UUID]*Row // existing attempts whose state changed
+	fills    map[uuid.UUID]*Row // existing attempts a late start filled in
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []*Row
-	now      time.Time
-	plan     bool // a planning copy: decides, builds nothing
+	// escalations and anomalies are rows for COPY; opened marks (attempt, reason) opened by the batch.
+	escalations, anomalies [][]any
+	opened                 map[[2]string]bool
+	now                    time.Time
 }
 
 type bulkAudit struct {
@@ -54,19 +57,14 @@ type bulkAudit struct {
 	note     string
 }
 
-// ErrPlanDiverged means Bulk.Try refused an event of an intent its plan had put on the bulk
-// path; the caller reruns the batch on the per-event path.
-var ErrPlanDiverged = errors.New("attempt: bulk plan diverged")
-
 func groupKey(tenant, intent string, op events.Operation, subject string) string {
 	return tenant + "\x00" + intent + "\x00" + string(op) + "\x00" + subject
 }
 
 // NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts and kept
-// decisions in three statements, and plans which intents go the bulk way. digests[i] is
-// evs[i].Digests() (computed by the caller, which decodes in parallel). Intents in
-// perEvent (e.g. those with a manual decision in the same batch) always take the per-event path.
-func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, digests []events.Digests, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
+// decisions in three statements. Intents in perEvent (e.g. those with a manual decision in the
+// same batch) always take the per-event path.
+func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
 	b, err := t.loadBulk(ctx, evs, transportCodes)
 	if err != nil {
 		return nil, err
@@ -74,44 +72,33 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, digests []events
 	for _, k := range perEvent {
 		b.dirty[k] = true
 	}
-	// Plan on a scratch copy: the same deterministic rules, no effects kept.
-	scratch := &Bulk{t: NewTx(t.tx, t.cfg), codes: b.codes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		pending: b.pending, dirty: map[[2]string]bool{}, updates: map[uuid.UUID]*Row{}, now: b.now, plan: true}
-	copies := map[*Row]*Row{}
-	cp := func(a *Row) *Row {
-		if c, ok := copies[a]; ok {
-			return c
-		}
-		c := *a
-		copies[a] = &c
-		return &c
-	}
-	for k, a := range b.byKey {
-		scratch.byKey[k] = cp(a)
-	}
-	for g, rs := range b.group {
-		for _, a := range rs {
-			scratch.group[g] = append(scratch.group[g], cp(a))
-		}
-	}
-	for k := range b.dirty {
-		scratch.dirty[k] = true
-	}
-	for i, ev := range evs {
-		scratch.Try(ev, digests[i])
-	}
-	b.dirty = scratch.dirty
 	return b, nil
 }
 
-// PerEvent reports whether the intent of ev takes the per-event path in this batch.
-func (b *Bulk) PerEvent(ev events.Attempt) bool {
-	return b.dirty[[2]string{ev.TenantID, ev.BookingIntentID}]
+// Apply applies ev (deduplicated; d = ev.Digests() for a start): buffered in memory when the
+// bulk path can write its step, otherwise — after flushing what the batch buffered for ev's
+// intent — through ApplyEvent, and every later event of the intent too. Effects accumulate in
+// the Tx that made the Bulk. Call Flush after the last event.
+func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) error {
+	ik := [2]string{ev.TenantID, ev.BookingIntentID}
+	if !b.dirty[ik] && b.try(ev, d) {
+		b.buffered[ik] = true
+		return nil
+	}
+	b.dirty[ik] = true
+	if b.buffered[ik] {
+		if err := b.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	_, err := b.t.ApplyEvent(ctx, ev, b.codes)
+	return err
 }
 
 func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes []string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, updates: map[uuid.UUID]*Row{}, now: time.Now()}
+		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, buffered: map[[2]string]bool{},
+		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, opened: map[[2]string]bool{}}
 	seen := map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
 	for _, ev := range evs {
@@ -125,22 +112,15 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 	if len(tenants) == 0 {
 		return b, nil
 	}
-	// The database clock, as now() in the per-event path: the transaction's start time.
-	if err := t.tx.QueryRow(ctx, `SELECT now()`).Scan(&b.now); err != nil {
-		return nil, fmt.Errorf("attempt: read clock: %w", err)
+	// The database clock, as in the per-event path: the transaction's start time.
+	var err error
+	if b.now, err = t.Now(ctx); err != nil {
+		return nil, err
 	}
-	if _, err := t.tx.Exec(ctx, `INSERT INTO booking_intent (tenant_id, booking_intent_id)
-		SELECT t, i FROM unnest($1::text[], $2::text[]) AS u(t, i) ORDER BY t, i
-		ON CONFLICT (tenant_id, booking_intent_id) DO UPDATE SET tenant_id = excluded.tenant_id`, tenants, intents); err != nil {
+	if _, err := t.tx.Exec(ctx, q("booking_intent_lock_many"), tenants, intents); err != nil {
 		return nil, fmt.Errorf("attempt: lock %d intents: %w", len(tenants), err)
 	}
-	rows, err := t.tx.Query(ctx, `SELECT `+rowColumns+` FROM booking_attempt
-		WHERE (tenant_id, booking_intent_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY id FOR UPDATE`, tenants, intents)
-	if err != nil {
-		return nil, fmt.Errorf("attempt: read attempts: %w", err)
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Row, error) { return scanRow(r) })
+	all, err := scanRows(t.tx.Query(ctx, q("booking_attempt_of_intents"), tenants, intents))
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read attempts: %w", err)
 	}
@@ -149,8 +129,7 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 	}
-	rows, err = t.tx.Query(ctx, `SELECT DISTINCT tenant_id, idempotency_key FROM pending_decision
-		WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, keyTenants, keys)
+	rows, err := t.tx.Query(ctx, q("pending_decision_keys_waiting"), keyTenants, keys)
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read kept decisions: %w", err)
 	}
@@ -167,20 +146,7 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 	return b, nil
 }
 
-// Try applies ev in memory when its intent takes the bulk way and reports whether it did; when
-// it did not, the caller applies ev with ApplyEvent before the next Try.
-func (b *Bulk) Try(ev events.Attempt, d events.Digests) bool {
-	ik := [2]string{ev.TenantID, ev.BookingIntentID}
-	if b.dirty[ik] {
-		return false
-	}
-	if ok := b.try(ev, d); !ok {
-		b.dirty[ik] = true
-		return false
-	}
-	return true
-}
-
+// try applies ev in memory when the bulk path can write its step, and reports whether it did.
 func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	key := [2]string{ev.TenantID, ev.IdempotencyKey}
 	if ev.OperationVersion != 1 || b.pending[key] {
@@ -192,204 +158,122 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 			return false // another version: the gate and duplicate bookings need the full path
 		}
 	}
-	var c *Current
-	if cur != nil {
-		if cur.Escalated {
-			return false
-		}
-		c = &Current{Status: cur.Status, BookingIntentID: cur.BookingIntentID, Provider: cur.Provider,
-			RequestHash: cur.RequestHash, ProviderReference: cur.ProviderReference}
+	if cur != nil && cur.Escalated {
+		return false
 	}
-	f := FactOf(ev, b.codes)
 	if ev.EventType == events.EventStarted && d.RequestHash == "" {
 		return false
 	}
-	v := Decide(c, ev, f, d.RequestHash)
-	switch {
-	case v.Action == ActionCreate && ev.EventType == events.EventStarted:
-		a := b.newRow(ev, d)
-		a.Status = StatusInProgress
-		b.add(a, ev, v)
-	case v.Action == ActionCreate && v.Status.Terminal():
-		a := b.newRow(ev, events.Digests{})
-		b.settle(a, ev, f, v)
-		b.add(a, ev, v)
-	case v.Action == ActionCreate && v.Status == StatusUnknown:
-		a := b.newRow(ev, events.Digests{})
-		if !b.unknown(a, ev, f) {
+	if ev.EventType != events.EventStarted {
+		d = events.Digests{}
+	}
+	st := OnEvent(cur, ev, FactOf(ev, b.codes), d, Env{Now: b.now, FirstCheck: b.t.cfg.FirstCheck, Policy: b.t.cfg.Policies[ev.Provider]})
+	for _, o := range st.Open {
+		// Escalations the bulk path opens are ones that cannot exist yet: no_lookup_capability
+		// on an attempt just created or leaving IN_PROGRESS, another reason on an attempt with
+		// no escalation but no_lookup_capability (Escalated false). Any other goes per event.
+		fresh := o.Reason == ReasonNoLookupCapability && (cur == nil || cur.Status == StatusInProgress) ||
+			o.Reason != ReasonNoLookupCapability && (cur == nil || !cur.Escalated) && !b.opened[[2]string{keyOf(cur), string(o.Reason)}]
+		if !fresh {
 			return false
 		}
-		b.add(a, ev, v)
-	case v.Action == ActionTransition && cur.Status == StatusInProgress && v.Status == StatusUnknown:
-		before := *cur
-		if !b.unknown(cur, ev, f) {
-			*cur = before
-			return false
-		}
-		if !b.isInsert(cur) {
+	}
+	a := st.Next
+	known := ""
+	if cur != nil {
+		known = cur.ProviderReference // claimed when it was stored
+	}
+	switch v := st.Verdict; {
+	case v.Action == ActionCreate:
+		b.inserts = append(b.inserts, a)
+		b.inserted[a.ID] = true
+		b.byKey[key] = a
+		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
+		b.group[g] = append(b.group[g], a)
+		b.t.Created[a.Status]++
+	case v.Action == ActionTransition && (cur.Status == StatusInProgress || cur.Status == StatusUnknown && a.Status.Terminal() && !cur.OutcomeOpen):
+		// From UNKNOWN without an open outcome escalation: the resolution closes none.
+		*cur = *a
+		a = cur
+		if !b.inserted[cur.ID] {
 			b.updates[cur.ID] = cur
 		}
-		b.audits = append(b.audits, bulkAudit{cur.ID, StatusInProgress, StatusUnknown, ev.EventID, v.Note})
-	case v.Action == ActionTransition && cur.Status == StatusInProgress && v.Status.Terminal():
-		from := cur.Status
-		b.settle(cur, ev, f, v)
-		if !b.isInsert(cur) {
-			b.updates[cur.ID] = cur
-		}
-		b.audits = append(b.audits, bulkAudit{cur.ID, from, cur.Status, ev.EventID, v.Note})
-		if err := b.resolve(cur, ev.EventID); err != nil {
-			return false
+	case v.Action == ActionFillRequest:
+		*cur = *a
+		a = cur
+		if !b.inserted[cur.ID] {
+			b.fills[cur.ID] = cur
 		}
 	case v.Action == ActionRepeat:
 		b.t.IdempotentRepeats++
-		b.audits = append(b.audits, bulkAudit{cur.ID, cur.Status, cur.Status, ev.EventID, v.Note})
+	case v.Action == ActionKeyConflict || v.Action == ActionContradiction || v.Action == ActionAuditOnly && st.Write == WriteNone:
+		// audited (and escalated below); the attempt is not written
 	default:
 		return false
 	}
-	return true
-}
-
-func (b *Bulk) isInsert(a *Row) bool {
-	for _, r := range b.inserts {
-		if r == a {
-			return true
+	b.audits = append(b.audits, bulkAudit{a.ID, st.Audit.From, st.Audit.To, ev.EventID, st.Audit.Note})
+	if st.UnknownClass != "" {
+		b.t.UnknownByClass[st.UnknownClass]++
+	}
+	if st.Resolve != nil {
+		m, err := b.t.resolvedMessage(a, ev.EventID)
+		if err != nil {
+			return false
 		}
+		b.messages = append(b.messages, m)
 	}
-	return false
-}
-
-func (b *Bulk) newRow(ev events.Attempt, d events.Digests) *Row {
-	a := &Row{ID: uuid.Must(uuid.NewV7()), TenantID: ev.TenantID, BookingIntentID: ev.BookingIntentID,
-		Operation: ev.Operation, Subject: ev.KeySubject, Version: ev.OperationVersion, IdempotencyKey: ev.IdempotencyKey,
-		Provider: ev.Provider, RequestHash: d.RequestHash, ClientReference: ev.Recovery.ClientReference,
-		FirstEventAt: ev.OccurredAt, WindowStart: later(ev.OccurredAt, b.now), CreatedAt: b.now}
-	if d.RequestHash != "" {
-		t := ev.OccurredAt
-		a.StartedAt = &t
-		a.Fingerprint = d.Fingerprint
-		a.request = ev.Request
-	}
-	a.recovery = ev.Recovery
-	return a
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// unknown records a UNKNOWN in memory; false when the attempt needs the per-event path (no
-// lookup can ever settle it: the no_lookup_capability escalation).
-func (b *Bulk) unknown(a *Row, ev events.Attempt, f Fact) bool {
-	a.Status = StatusUnknown
-	if f.Reference != "" {
-		a.ProviderReference = f.Reference
-	}
-	if b.t.NeedsNoLookupEscalation(a) {
-		return false
-	}
-	a.TimeoutClass = string(f.TimeoutClass)
-	if f.Transport {
-		a.FailureCode = f.FailureCode // the transport-timeout code, as ApplyEvent keeps it
-	}
-	if ev.Outcome != nil && !f.Transport && f.TimeoutClass == events.TimeoutConnect {
-		a.requestSent = ev.Outcome.RequestSent
-	}
-	a.WindowStart = later(ev.OccurredAt, b.now)
-	t := b.now
-	a.UnknownSince = &t
-	a.unknownNow = true
-	b.t.UnknownByClass[f.TimeoutClass.MetricLabel()]++
-	if a.ProviderReference != "" {
+	if st.Claim && a.ProviderReference != "" && a.ProviderReference != known {
 		b.claims = append(b.claims, a)
+	}
+	if st.KeyConflict {
+		b.t.KeyConflicts++
+	}
+	if st.Contradicted {
+		b.t.Contradictions++
+	}
+	for _, an := range st.Anomalies {
+		d, _ := json.Marshal(an.Detail)
+		b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, an.Kind, nz(an.EventID), d})
+	}
+	for _, o := range st.Open {
+		escID := escalationID(a, o.Reason)
+		m, err := b.t.openedMessage(a, escID, o.Reason, o.Detail)
+		if err != nil {
+			return false
+		}
+		b.escalations = append(b.escalations, []any{uuid.MustParse(escID), a.ID, a.TenantID, string(o.Reason), string(EscalationOpen)})
+		b.messages = append(b.messages, m)
+		b.opened[[2]string{keyOf(a), string(o.Reason)}] = true
+		b.t.EscalationsOpened[o.Reason]++
+		a.Escalated = a.Escalated || o.Reason != ReasonNoLookupCapability
+		a.OutcomeOpen = a.OutcomeOpen || o.Reason.Outcome()
 	}
 	return true
 }
 
-// settle applies a terminal outcome to a in memory.
-func (b *Bulk) settle(a *Row, ev events.Attempt, f Fact, v Verdict) {
-	a.Status, a.Source = v.Status, v.Source
-	if f.Reference != "" {
-		a.ProviderReference = f.Reference
+// keyOf names an attempt in Bulk.opened ("" for none).
+func keyOf(a *Row) string {
+	if a == nil {
+		return ""
 	}
-	if f.FailureCode != "" {
-		a.FailureCode = f.FailureCode
-	}
-	if f.TimeoutClass != "" { // not_sent: connect_timeout with requestSent false, as ApplyEvent keeps it
-		a.TimeoutClass = string(f.TimeoutClass)
-		if ev.Outcome != nil && f.TimeoutClass == events.TimeoutConnect {
-			a.requestSent = ev.Outcome.RequestSent
-		}
-	}
-	a.WindowStart = later(ev.OccurredAt, b.now)
-	if v.Status == StatusFailed {
-		a.Retryable = f.Retryable
-		t := ev.OccurredAt
-		a.FailedFactAt = &t
-	}
-	a.terminal = true
+	return a.ID.String()
 }
 
-func (b *Bulk) add(a *Row, ev events.Attempt, v Verdict) {
-	b.inserts = append(b.inserts, a)
-	b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
-	g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
-	b.group[g] = append(b.group[g], a)
-	b.t.Created[a.Status]++
-	b.audits = append(b.audits, bulkAudit{a.ID, "", a.Status, ev.EventID, v.Note})
-	if a.Status.Terminal() {
-		_ = b.resolve(a, ev.EventID)
-	}
-}
-
-func (b *Bulk) resolve(a *Row, causeID string) error {
-	if b.plan {
-		return nil
-	}
-	m, err := b.t.resolvedMessage(a, causeID)
-	if err != nil {
-		return err
-	}
-	b.messages = append(b.messages, m)
-	if a.ProviderReference != "" {
-		b.claims = append(b.claims, a)
-	}
-	return nil
-}
-
-// Flush writes everything Try applied: attempts inserted and updated, audit rows, outbox rows
-// and provider reference claims, then escalates the claims another attempt already holds.
+// Flush writes everything buffered since the last Flush: attempts inserted and updated, audit
+// rows, outbox rows and provider reference claims, then escalates the claims another attempt
+// already holds.
 func (b *Bulk) Flush(ctx context.Context) error {
+	defer b.reset()
 	tx := b.t.tx
 	if n := len(b.inserts); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.inserts {
-			req, _ := json.Marshal(a.request)
-			if a.request == nil {
-				req = nil
-			}
-			var retryable *bool
-			var failedAt, terminalAt *time.Time
-			if a.terminal {
-				t := b.now
-				terminalAt = &t
-			}
-			if a.Status == StatusFailed {
-				retryable, failedAt = &a.Retryable, a.FailedFactAt
-			}
 			rc := a.recovery
-			var unknownSince, nextCheck *time.Time
-			if a.unknownNow {
-				n := b.now.Add(b.t.firstCheckDuration())
-				unknownSince, nextCheck = a.UnknownSince, &n
-			}
 			rows = append(rows, []any{a.ID, a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject, a.Version,
-				a.IdempotencyKey, a.Provider, string(a.Status), nz(string(a.Source)), req, nz(a.RequestHash), nz(a.Fingerprint),
+				a.IdempotencyKey, a.Provider, string(a.Status), nz(string(a.Source)), requestJSON(a.request), nz(a.RequestHash), nz(a.Fingerprint),
 				nz(rc.ClientReference), nz(rc.ProviderSessionID), nz(rc.CorrelationID), nz(rc.PaymentReference), nz(rc.ProviderReference),
-				nz(rc.ProviderIdempotencyKey), nz(a.ProviderReference), nz(a.FailureCode), retryable, a.StartedAt, a.FirstEventAt,
-				a.WindowStart, failedAt, terminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, unknownSince, nextCheck})
+				nz(rc.ProviderIdempotencyKey), nz(a.ProviderReference), nz(a.FailureCode), retryableOf(a), a.StartedAt, a.FirstEventAt,
+				a.WindowStart, a.FailedFactAt, a.TerminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, a.UnknownSince, a.NextCheckAt})
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"booking_attempt"}, []string{"id", "tenant_id", "booking_intent_id", "operation",
 			"subject", "operation_version", "idempotency_key", "provider", "status", "resolution_source", "request", "request_hash",
@@ -403,44 +287,61 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	}
 	if n := len(b.updates); n > 0 {
 		var ids []uuid.UUID
-		var status, source, ref, code []string
+		var status, source, ref, code, timeoutClass []string
 		var retryable []*bool
 		var window []time.Time
-		var failedAt []*time.Time
-		var timeoutClass []string
+		var failedAt, unknownSince, terminalAt, nextCheck []*time.Time
 		for _, a := range b.updates {
-			timeoutClass = append(timeoutClass, a.TimeoutClass)
-			ids = append(ids, a.ID)
+			ids, timeoutClass = append(ids, a.ID), append(timeoutClass, a.TimeoutClass)
 			status, source, ref, code = append(status, string(a.Status)), append(source, string(a.Source)), append(ref, a.ProviderReference), append(code, a.FailureCode)
-			var r *bool
-			if a.Status == StatusFailed {
-				r = &a.Retryable
-			}
-			retryable, window, failedAt = append(retryable, r), append(window, a.WindowStart), append(failedAt, a.FailedFactAt)
+			retryable, window, failedAt = append(retryable, retryableOf(a)), append(window, a.WindowStart), append(failedAt, a.FailedFactAt)
+			unknownSince, terminalAt, nextCheck = append(unknownSince, a.UnknownSince), append(terminalAt, a.TerminalAt), append(nextCheck, a.NextCheckAt)
 		}
-		_, err := tx.Exec(ctx, `UPDATE booking_attempt a SET status = u.status, resolution_source = nullif(u.source, ''),
-			provider_reference = coalesce(nullif(u.ref, ''), a.provider_reference), failure_code = coalesce(nullif(u.code, ''), a.failure_code),
-			retryable = coalesce(u.retryable, a.retryable), window_start = u.win, failed_fact_at = u.failed_at,
-			timeout_class = coalesce(nullif(u.tc, ''), a.timeout_class),
-			unknown_since = CASE WHEN u.status = 'UNKNOWN' THEN now() ELSE a.unknown_since END,
-			terminal_at = CASE WHEN u.status IN ('CONFIRMED', 'FAILED') THEN now() END,
-			next_check_at = CASE WHEN u.status = 'UNKNOWN' THEN now() + $10::interval END,
-			updated_at = now()
-			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::timestamptz[], $8::timestamptz[], $9::text[])
-				AS u(id, status, source, ref, code, retryable, win, failed_at, tc)
-			WHERE a.id = u.id`, ids, status, source, ref, code, retryable, window, failedAt, timeoutClass, b.t.firstCheck())
-		if err != nil {
+		if _, err := tx.Exec(ctx, q("booking_attempt_update_many"), ids, status, source, ref, code, retryable, window, failedAt,
+			timeoutClass, unknownSince, terminalAt, nextCheck); err != nil {
 			return fmt.Errorf("attempt: bulk update %d attempts: %w", n, err)
+		}
+	}
+	if n := len(b.fills); n > 0 {
+		var ids []uuid.UUID
+		var reqs [][]byte
+		var hash, fp, cr, ps, corr, pay, subj, pik []string
+		var started []*time.Time
+		var window []time.Time
+		for _, a := range b.fills {
+			rc := a.recovery
+			ids, reqs, hash, fp = append(ids, a.ID), append(reqs, requestJSON(a.request)), append(hash, a.RequestHash), append(fp, a.Fingerprint)
+			cr, ps, corr, pay = append(cr, rc.ClientReference), append(ps, rc.ProviderSessionID), append(corr, rc.CorrelationID), append(pay, rc.PaymentReference)
+			subj, pik = append(subj, rc.ProviderReference), append(pik, rc.ProviderIdempotencyKey)
+			started, window = append(started, a.StartedAt), append(window, a.WindowStart)
+		}
+		if _, err := tx.Exec(ctx, q("booking_attempt_fill_many"), ids, reqs, hash, fp, cr, ps, corr, pay, subj, pik, started, window); err != nil {
+			return fmt.Errorf("attempt: bulk fill %d attempts: %w", n, err)
 		}
 	}
 	if n := len(b.audits); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.audits {
-			rows = append(rows, []any{a.id, nz(string(a.from)), string(a.to), "event", a.eventID, a.note})
+			rows = append(rows, []any{a.id, nz(string(a.from)), string(a.to), CauseEvent, a.eventID, a.note})
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"attempt_transition"},
 			[]string{"attempt_id", "from_status", "to_status", "cause", "event_id", "note"}, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("attempt: bulk audit: %w", err)
+		}
+	}
+	for _, c := range []struct {
+		table string
+		cols  []string
+		rows  [][]any
+	}{
+		{"anomaly", []string{"tenant_id", "attempt_id", "kind", "event_id", "detail"}, b.anomalies},
+		{"escalation", []string{"escalation_id", "attempt_id", "tenant_id", "reason", "state"}, b.escalations},
+	} {
+		if len(c.rows) == 0 {
+			continue
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{c.table}, c.cols, pgx.CopyFromRows(c.rows)); err != nil {
+			return fmt.Errorf("attempt: bulk %s: %w", c.table, err)
 		}
 	}
 	if err := outbox.InsertMany(ctx, tx, b.messages); err != nil {
@@ -460,9 +361,7 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		prov, op, ref, tenant, ids = append(prov, a.Provider), append(op, string(a.Operation)), append(ref, a.ProviderReference),
 			append(tenant, a.TenantID), append(ids, a.ID)
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO provider_reference_claim (provider, operation, reference, attempt_id, tenant_id)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::text[])
-		ON CONFLICT DO NOTHING RETURNING attempt_id`, prov, op, ref, ids, tenant)
+	rows, err := tx.Query(ctx, q("provider_reference_claim_insert_many"), prov, op, ref, ids, tenant)
 	if err != nil {
 		return fmt.Errorf("attempt: bulk claim: %w", err)
 	}
@@ -483,6 +382,15 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reset empties the buffers after a Flush; the attempts in memory stay, as stored.
+func (b *Bulk) reset() {
+	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies = nil, nil, nil, nil, nil, nil
+	clear(b.inserted)
+	clear(b.updates)
+	clear(b.fills)
+	clear(b.buffered)
 }
 
 func nz(s string) *string {

@@ -26,23 +26,10 @@ const (
 	DecisionRejected = "rejected"
 )
 
-// rejectDecision audits a decision that names another intent than attempt a's.
-func (t *Tx) rejectDecision(ctx context.Context, a *Row, d events.Decision) error {
-	if err := t.audit(ctx, a.ID, Audit{From: a.Status, To: a.Status, Cause: "manual", EventID: d.EventID, Actor: d.Actor,
-		Reason: d.Reason, Note: "decision rejected: it names another bookingIntentId than the attempt's"}); err != nil {
-		return err
-	}
-	return t.Anomaly(ctx, a.TenantID, &a.ID, "decision_intent_mismatch", d.EventID, map[string]any{"decisionIntent": d.BookingIntentID})
-}
-
 // ApplyDecision applies one deduplicated manual decision (DESIGN.md "Contract v1", manual
-// decisions) and returns what happened:
-//   - kept: the attempt does not exist yet or is IN_PROGRESS; the decision waits in
-//     pending_decision for the transaction that next makes it UNKNOWN or terminal;
-//   - unchanged: it equals the current state; the attempt's open anomaly escalations close
-//     (only the decision's escalationId, when given);
-//   - applied: UNKNOWN → the decision, or a terminal state changed (audited; it publishes a
-//     further resolution with source manual).
+// decisions) through OnDecision and returns what happened: kept (waiting in pending_decision
+// for the transaction that next makes the attempt UNKNOWN or terminal), rejected, unchanged or
+// applied (see OnDecision).
 func (t *Tx) ApplyDecision(ctx context.Context, d events.Decision) (string, error) {
 	if err := t.LockIntent(ctx, d.TenantID, d.BookingIntentID); err != nil {
 		return "", err
@@ -51,47 +38,42 @@ func (t *Tx) ApplyDecision(ctx context.Context, d events.Decision) (string, erro
 	if err != nil {
 		return "", err
 	}
-	if a != nil && a.BookingIntentID != d.BookingIntentID {
-		return DecisionRejected, t.rejectDecision(ctx, a, d)
+	return t.decide(ctx, a, d, true)
+}
+
+// decide writes OnDecision's Step for a (nil: no attempt yet); keep says whether a decision
+// that must wait is kept (a kept decision being applied is never kept again).
+func (t *Tx) decide(ctx context.Context, a *Row, d events.Decision, keep bool) (string, error) {
+	provider := ""
+	if a != nil {
+		provider = a.Provider
 	}
-	if a == nil || a.Status == StatusInProgress {
+	env, err := t.env(ctx, provider)
+	if err != nil {
+		return "", err
+	}
+	s := OnDecision(a, d, env)
+	if s.Keep {
+		if !keep {
+			return DecisionKept, nil
+		}
 		b, err := json.Marshal(d)
 		if err != nil {
 			return "", err
 		}
-		_, err = t.tx.Exec(ctx, `INSERT INTO pending_decision (tenant_id, idempotency_key, event_id, decision)
-			VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, d.TenantID, d.IdempotencyKey, d.EventID, b)
-		if err != nil {
+		if _, err := t.tx.Exec(ctx, q("pending_decision_insert"), d.TenantID, d.IdempotencyKey, d.EventID, b); err != nil {
 			return "", fmt.Errorf("attempt: keep decision %s: %w", d.EventID, err)
 		}
 		t.DecisionsKept++
 		return DecisionKept, nil
 	}
-	return t.decide(ctx, a, d)
-}
-
-func (t *Tx) decide(ctx context.Context, a *Row, d events.Decision) (string, error) {
-	status := Status(d.Decision)
-	same := a.Status == status && (status != StatusConfirmed || d.ProviderReference == "" || d.ProviderReference == a.ProviderReference)
-	if same {
-		if err := t.audit(ctx, a.ID, Audit{From: a.Status, To: a.Status, Cause: "manual", EventID: d.EventID,
-			Actor: d.Actor, Reason: d.Reason, Note: "decision equals the current state"}); err != nil {
-			return "", err
-		}
-		return DecisionUnchanged, t.CloseEscalations(ctx, a, AnomalyReasons, "manual", d.Actor, d.EscalationID)
-	}
-	note := "manual decision"
-	if a.Status.Terminal() {
-		note = "manual decision changes a terminal state"
-	}
-	a, err := t.Settle(ctx, a, Settlement{Status: status, Source: SourceManual, Reference: d.ProviderReference,
-		FailureCode: "MANUAL", Retryable: d.Retryable, CauseID: d.EventID, Cause: "manual",
-		Actor: d.Actor, Reason: d.Reason, Note: note})
-	if err != nil {
+	if _, err := t.run(ctx, s); err != nil {
 		return "", err
 	}
-	t.DecisionsApplied++
-	return DecisionApplied, t.CloseEscalations(ctx, a, AnomalyReasons, "manual", d.Actor, d.EscalationID)
+	if s.Decision == DecisionApplied {
+		t.DecisionsApplied++
+	}
+	return s.Decision, nil
 }
 
 // ApplyPendingDecisions applies the manual decisions kept for a, in the transaction that made
@@ -101,9 +83,7 @@ func (t *Tx) decide(ctx context.Context, a *Row, d events.Decision) (string, err
 // fixed) and reported in DecisionsFailed; the transaction goes on and commits a's own
 // transition. Any other error is returned: the whole transaction fails, to be retried.
 func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
-	rows, err := t.tx.Query(ctx, `SELECT event_id, decision FROM pending_decision
-		WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL AND failed_at IS NULL ORDER BY seq FOR UPDATE`,
-		a.TenantID, a.IdempotencyKey)
+	rows, err := t.tx.Query(ctx, q("pending_decision_of_attempt"), a.TenantID, a.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("attempt: pending decisions: %w", err)
 	}
@@ -119,7 +99,7 @@ func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
 		return fmt.Errorf("attempt: pending decisions: %w", err)
 	}
 	for _, k := range ks {
-		inner := &Tx{cfg: t.cfg, Effects: t.Effects.clone()}
+		inner := &Tx{cfg: t.cfg, now: t.now, Effects: t.Effects.clone()}
 		err := postgres.Savepoint(ctx, t.tx, func(sp pgx.Tx) error {
 			inner.tx = sp
 			return inner.applyKept(ctx, a, k.eventID, k.raw)
@@ -132,8 +112,7 @@ func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
 		if class == "" || ctx.Err() != nil {
 			return err
 		}
-		if _, err := t.tx.Exec(ctx, `UPDATE pending_decision SET failed_at = now(), failure_reason = $4
-			WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3`, a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)); err != nil {
+		if _, err := t.tx.Exec(ctx, q("pending_decision_mark_failed"), a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)); err != nil {
 			return fmt.Errorf("attempt: mark decision %s failed: %w", k.eventID, err)
 		}
 		t.DecisionsFailed = append(t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
@@ -152,16 +131,10 @@ func (t *Tx) applyKept(ctx context.Context, a *Row, eventID string, raw []byte) 
 	if err != nil {
 		return err
 	}
-	if cur.BookingIntentID != d.BookingIntentID {
-		err = t.rejectDecision(ctx, cur, d)
-	} else {
-		_, err = t.decide(ctx, cur, d)
-	}
-	if err != nil {
+	if _, err := t.decide(ctx, cur, d, false); err != nil {
 		return err
 	}
-	if _, err := t.tx.Exec(ctx, `UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3`,
-		a.TenantID, a.IdempotencyKey, eventID); err != nil {
+	if _, err := t.tx.Exec(ctx, q("pending_decision_mark_applied"), a.TenantID, a.IdempotencyKey, eventID); err != nil {
 		return fmt.Errorf("attempt: mark decision %s applied: %w", eventID, err)
 	}
 	return nil

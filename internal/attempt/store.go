@@ -3,6 +3,7 @@ package attempt
 import (
 	"cmp"
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/outbox"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -128,7 +130,8 @@ func (e *Effects) clone() Effects {
 	return c
 }
 
-// Row is a booking_attempt row as the state machine needs it.
+// Row is a booking_attempt row as the state machine needs it, read through the
+// booking_attempt_row view (text columns with NULL as "").
 type Row struct {
 	ID                uuid.UUID
 	TenantID          string
@@ -145,7 +148,7 @@ type Row struct {
 	ClientReference   string
 	ProviderReference string
 	FailureCode       string
-	Retryable         bool
+	Retryable         bool // meaningful when FAILED (stored NULL otherwise)
 	TimeoutClass      string
 	StartedAt         *time.Time
 	FirstEventAt      time.Time
@@ -153,6 +156,8 @@ type Row struct {
 	FailedFactAt      *time.Time
 	CreatedAt         time.Time
 	UnknownSince      *time.Time
+	TerminalAt        *time.Time
+	NextCheckAt       *time.Time
 	CheckCount        int
 	LastLookupResult  string
 	BlindRetry        bool
@@ -161,58 +166,87 @@ type Row struct {
 	// Escalated: an escalation other than no_lookup_capability exists for the attempt; its
 	// checks continue at the maximum interval (DESIGN.md "Reconciliation").
 	Escalated bool
+	// OutcomeOpen: an outcome escalation (deadline_exceeded, ambiguous_match,
+	// no_lookup_capability) is open; turning terminal closes it.
+	OutcomeOpen bool
 
-	// Kept in memory by Bulk only.
-	request     *events.Request
-	recovery    events.Recovery
-	terminal    bool
-	unknownNow  bool
+	request     *events.Request // set by a start in this transaction only (never read back)
+	recovery    events.Recovery // the recovery identities kept (ClientReference included)
 	requestSent *bool
 }
 
 // LeaseToken returns the attempt's fencing token.
 func (a *Row) LeaseToken() int64 { return a.Token }
 
-const rowColumns = `id, tenant_id, booking_intent_id, operation, subject, operation_version, idempotency_key,
-	provider, status, coalesce(resolution_source, ''), coalesce(request_hash, ''), coalesce(fingerprint, ''),
-	coalesce(client_reference, ''), coalesce(provider_reference, ''), coalesce(failure_code, ''),
-	coalesce(retryable, false), coalesce(timeout_class, ''), started_at, first_event_at, window_start,
-	failed_fact_at, created_at, unknown_since, check_count, coalesce(last_lookup_result, ''), blind_retry, gate_judged, lease_token,
-	EXISTS (SELECT 1 FROM escalation e WHERE e.attempt_id = booking_attempt.id AND e.reason <> 'no_lookup_capability')`
-
 func scanRow(r pgx.Row) (*Row, error) {
 	var a Row
+	rc := &a.recovery
 	err := r.Scan(&a.ID, &a.TenantID, &a.BookingIntentID, &a.Operation, &a.Subject, &a.Version, &a.IdempotencyKey,
-		&a.Provider, &a.Status, &a.Source, &a.RequestHash, &a.Fingerprint, &a.ClientReference, &a.ProviderReference,
-		&a.FailureCode, &a.Retryable, &a.TimeoutClass, &a.StartedAt, &a.FirstEventAt, &a.WindowStart,
-		&a.FailedFactAt, &a.CreatedAt, &a.UnknownSince, &a.CheckCount, &a.LastLookupResult, &a.BlindRetry, &a.GateJudged, &a.Token, &a.Escalated)
+		&a.Provider, &a.Status, &a.Source, &a.RequestHash, &a.Fingerprint, &rc.ClientReference, &rc.ProviderSessionID,
+		&rc.CorrelationID, &rc.PaymentReference, &rc.ProviderReference, &rc.ProviderIdempotencyKey, &a.ProviderReference,
+		&a.FailureCode, &a.Retryable, &a.TimeoutClass, &a.requestSent, &a.StartedAt, &a.FirstEventAt, &a.WindowStart,
+		&a.FailedFactAt, &a.CreatedAt, &a.UnknownSince, &a.TerminalAt, &a.NextCheckAt, &a.CheckCount, &a.LastLookupResult,
+		&a.BlindRetry, &a.GateJudged, &a.Token, &a.Escalated, &a.OutcomeOpen)
 	if err != nil {
 		return nil, err
 	}
+	a.ClientReference = rc.ClientReference
 	return &a, nil
 }
+
+func scanRows(rows pgx.Rows, err error) ([]*Row, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Row, error) { return scanRow(r) })
+}
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// Statements are the package's named SQL statements (sql/*.sql, one file per table).
+var Statements = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
+
+func q(name string) string { return Statements.SQL(name) }
 
 // Tx applies state-machine verdicts inside one database transaction and collects Effects.
 type Tx struct {
 	tx  pgx.Tx
 	cfg *Config
+	now *time.Time // the transaction's database clock, read once (Now)
 	Effects
 }
 
 // NewTx wraps tx.
 func NewTx(tx pgx.Tx, cfg *Config) *Tx {
-	t := &Tx{tx: tx, cfg: cfg}
+	t := &Tx{tx: tx, cfg: cfg, now: new(time.Time)}
 	t.init()
 	return t
+}
+
+// Now returns the transaction's database clock (now(): the transaction's start), read on the
+// first call: every transition of the transaction is judged and recorded on it.
+func (t *Tx) Now(ctx context.Context) (time.Time, error) {
+	if !t.now.IsZero() {
+		return *t.now, nil
+	}
+	if err := t.tx.QueryRow(ctx, q("clock_now")).Scan(t.now); err != nil {
+		return time.Time{}, fmt.Errorf("attempt: read the database clock: %w", err)
+	}
+	return *t.now, nil
+}
+
+// env is the transition function's environment for an attempt at provider.
+func (t *Tx) env(ctx context.Context, provider string) (Env, error) {
+	now, err := t.Now(ctx)
+	return Env{Now: now, FirstCheck: t.cfg.FirstCheck, Policy: t.cfg.Policies[provider]}, err
 }
 
 // LockIntent creates the intent row insert-first and locks it (FOR UPDATE semantics through
 // ON CONFLICT DO UPDATE): every transaction that creates or changes an attempt of the intent
 // runs after it (DESIGN.md "Storage rules", lock order intent → attempts → claims/escalations).
 func (t *Tx) LockIntent(ctx context.Context, tenantID, intentID string) error {
-	_, err := t.tx.Exec(ctx, `INSERT INTO booking_intent (tenant_id, booking_intent_id) VALUES ($1, $2)
-		ON CONFLICT (tenant_id, booking_intent_id) DO UPDATE SET tenant_id = excluded.tenant_id`, tenantID, intentID)
-	if err != nil {
+	if _, err := t.tx.Exec(ctx, q("booking_intent_lock"), tenantID, intentID); err != nil {
 		return fmt.Errorf("attempt: lock intent %s/%s: %w", tenantID, intentID, err)
 	}
 	return nil
@@ -220,8 +254,7 @@ func (t *Tx) LockIntent(ctx context.Context, tenantID, intentID string) error {
 
 // ByKey reads the attempt (tenant, key) FOR UPDATE; nil when it does not exist.
 func (t *Tx) ByKey(ctx context.Context, tenantID, key string) (*Row, error) {
-	a, err := scanRow(t.tx.QueryRow(ctx, `SELECT `+rowColumns+` FROM booking_attempt
-		WHERE tenant_id = $1 AND idempotency_key = $2 FOR UPDATE`, tenantID, key))
+	a, err := scanRow(t.tx.QueryRow(ctx, q("booking_attempt_by_key"), tenantID, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -232,10 +265,10 @@ func (t *Tx) ByKey(ctx context.Context, tenantID, key string) (*Row, error) {
 }
 
 // ReadByID reads one attempt without locking it.
-func ReadByID(ctx context.Context, q interface {
+func ReadByID(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, id uuid.UUID) (*Row, error) {
-	a, err := scanRow(q.QueryRow(ctx, `SELECT `+rowColumns+` FROM booking_attempt WHERE id = $1`, id))
+	a, err := scanRow(db.QueryRow(ctx, q("booking_attempt_read"), id))
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read %s: %w", id, err)
 	}
@@ -244,7 +277,7 @@ func ReadByID(ctx context.Context, q interface {
 
 // ByID reads one attempt FOR UPDATE.
 func (t *Tx) ByID(ctx context.Context, id uuid.UUID) (*Row, error) {
-	a, err := scanRow(t.tx.QueryRow(ctx, `SELECT `+rowColumns+` FROM booking_attempt WHERE id = $1 FOR UPDATE`, id))
+	a, err := scanRow(t.tx.QueryRow(ctx, q("booking_attempt_by_id"), id))
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read %s: %w", id, err)
 	}
@@ -261,37 +294,6 @@ type Audit struct {
 	Actor   string
 	Reason  string
 	Note    string
-}
-
-func (t *Tx) audit(ctx context.Context, id uuid.UUID, a Audit) error {
-	var lookup []byte
-	if a.Lookup != nil {
-		var err error
-		if lookup, err = json.Marshal(a.Lookup); err != nil {
-			return err
-		}
-	}
-	_, err := t.tx.Exec(ctx, `INSERT INTO attempt_transition (attempt_id, from_status, to_status, cause, event_id, lookup, actor, reason, note)
-		VALUES ($1, nullif($2, ''), $3, $4, nullif($5, ''), $6, nullif($7, ''), nullif($8, ''), $9)`,
-		id, string(a.From), string(a.To), a.Cause, a.EventID, lookup, a.Actor, a.Reason, a.Note)
-	if err != nil {
-		return fmt.Errorf("attempt: audit %s: %w", id, err)
-	}
-	return nil
-}
-
-// Audit records a on attempt id.
-func (t *Tx) Audit(ctx context.Context, id uuid.UUID, a Audit) error { return t.audit(ctx, id, a) }
-
-// Anomaly records one detection of a rule breach (every occurrence, for counting and logs).
-func (t *Tx) Anomaly(ctx context.Context, tenantID string, attemptID *uuid.UUID, kind, eventID string, detail map[string]any) error {
-	d, _ := json.Marshal(detail)
-	_, err := t.tx.Exec(ctx, `INSERT INTO anomaly (tenant_id, attempt_id, kind, event_id, detail) VALUES ($1, $2, $3, nullif($4, ''), $5)`,
-		tenantID, attemptID, kind, eventID, d)
-	if err != nil {
-		return fmt.Errorf("attempt: anomaly %s: %w", kind, err)
-	}
-	return nil
 }
 
 func (t *Tx) envelope(a *Row, typ events.EventType, id string) events.OutputEnvelope {
@@ -342,45 +344,6 @@ func (t *Tx) resolvedMessage(a *Row, causeID string) (outbox.Message, error) {
 	return t.message(cmp.Or(t.cfg.ResolutionsTopic, events.TopicResolutions), a, msg.OutputEnvelope, msg)
 }
 
-// Escalate opens the (attempt, reason) escalation insert-first with its escalation.opened
-// outbox row. A reason already open is a no-op; one that recurs after its escalation closed is
-// recorded as an anomaly and counted, not reopened (DESIGN.md "Escalations").
-func (t *Tx) Escalate(ctx context.Context, a *Row, reason Reason, detail string) error {
-	escID := events.OutputID(a.TenantID, a.IdempotencyKey, "escalation:"+string(reason), "")
-	tag, err := t.tx.Exec(ctx, `INSERT INTO escalation (escalation_id, attempt_id, tenant_id, reason) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (attempt_id, reason) DO NOTHING`, escID, a.ID, a.TenantID, string(reason))
-	if err != nil {
-		return fmt.Errorf("attempt: escalate %s %s: %w", a.IdempotencyKey, reason, err)
-	}
-	if tag.RowsAffected() == 0 {
-		var state string
-		if err := t.tx.QueryRow(ctx, `SELECT state FROM escalation WHERE attempt_id = $1 AND reason = $2`, a.ID, string(reason)).Scan(&state); err != nil {
-			return fmt.Errorf("attempt: escalation state: %w", err)
-		}
-		if state == "closed" {
-			t.EscalationRecurred++
-			return t.Anomaly(ctx, a.TenantID, &a.ID, "escalation_recurred", "", map[string]any{"reason": reason})
-		}
-		return nil
-	}
-	t.EscalationsOpened[reason]++
-	if reason == ReasonBlindRetry {
-		t.BlindRetries++
-		if _, err := t.tx.Exec(ctx, `UPDATE booking_attempt SET blind_retry = true WHERE id = $1`, a.ID); err != nil {
-			return err
-		}
-	}
-	msg := events.EscalationOpened{
-		OutputEnvelope: t.envelope(a, events.EventEscalationOpened, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.opened", escID)),
-		EscalationID:   escID, Reason: string(reason), AttemptStatus: string(a.Status), UnknownSince: a.UnknownSince,
-		Checks: a.CheckCount, Summary: summary(a, reason, detail),
-	}
-	if a.LastLookupResult != "" {
-		msg.LastLookupResult = &a.LastLookupResult
-	}
-	return t.publish(ctx, cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
-}
-
 // summary is traveller-safe: operation, version, provider, reason; never personal data.
 func summary(a *Row, reason Reason, detail string) string {
 	s := fmt.Sprintf("%s v%d at %s is %s: %s", a.Operation, a.Version, a.Provider, a.Status, reason)
@@ -388,56 +351,6 @@ func summary(a *Row, reason Reason, detail string) string {
 		s += " (" + detail + ")"
 	}
 	return s
-}
-
-// CloseEscalations closes a's open escalations of the given reasons (nil: every reason) and
-// publishes escalation.closed for each.
-func (t *Tx) CloseEscalations(ctx context.Context, a *Row, reasons []Reason, closedBy, actor, onlyID string) error {
-	rs := make([]string, 0, len(reasons))
-	for _, r := range reasons {
-		rs = append(rs, string(r))
-	}
-	rows, err := t.tx.Query(ctx, `UPDATE escalation SET state = 'closed', closed_at = now(), closed_by = $2, actor = nullif($3, '')
-		WHERE attempt_id = $1 AND state = 'open' AND ($4::text[] IS NULL OR reason = ANY($4)) AND ($5 = '' OR escalation_id::text = $5)
-		RETURNING escalation_id::text, reason`, a.ID, closedBy, actor, nilIfEmpty(rs, reasons == nil), onlyID)
-	if err != nil {
-		return fmt.Errorf("attempt: close escalations %s: %w", a.IdempotencyKey, err)
-	}
-	type closed struct{ id, reason string }
-	var cs []closed
-	for rows.Next() {
-		var c closed
-		if err := rows.Scan(&c.id, &c.reason); err != nil {
-			rows.Close()
-			return err
-		}
-		cs = append(cs, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, c := range cs {
-		t.EscalationsClosed[Reason(c.reason)]++
-		msg := events.EscalationClosed{
-			OutputEnvelope: t.envelope(a, events.EventEscalationClosed, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.closed", c.id)),
-			EscalationID:   c.id, ClosedBy: closedBy,
-		}
-		if actor != "" {
-			msg.Actor = &actor
-		}
-		if err := t.publish(ctx, cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func nilIfEmpty(rs []string, all bool) []string {
-	if all {
-		return nil
-	}
-	return rs
 }
 
 // OutcomeReasons are the escalations that close when the attempt turns terminal.
@@ -463,6 +376,153 @@ func resolutionFailureCode(a *Row) *string {
 	return &code
 }
 
+// ToSiblings reduces rows to the gate's view.
+func ToSiblings(rows []*Row) []Sibling {
+	out := make([]Sibling, 0, len(rows))
+	for _, r := range rows {
+		s := Sibling{Version: r.Version, Status: r.Status, Source: r.Source, Retryable: r.Retryable}
+		if r.FailedFactAt != nil {
+			s.FailedFactAt = *r.FailedFactAt
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (t *Tx) audit(ctx context.Context, id uuid.UUID, a Audit) error {
+	var lookup []byte
+	if a.Lookup != nil {
+		var err error
+		if lookup, err = json.Marshal(a.Lookup); err != nil {
+			return err
+		}
+	}
+	if _, err := t.tx.Exec(ctx, q("attempt_transition_insert"), id, string(a.From), string(a.To), a.Cause, a.EventID, lookup,
+		a.Actor, a.Reason, a.Note); err != nil {
+		return fmt.Errorf("attempt: audit %s: %w", id, err)
+	}
+	return nil
+}
+
+// Audit records a on attempt id.
+func (t *Tx) Audit(ctx context.Context, id uuid.UUID, a Audit) error { return t.audit(ctx, id, a) }
+
+// Anomaly records one detection of a rule breach (every occurrence, for counting and logs).
+func (t *Tx) Anomaly(ctx context.Context, tenantID string, attemptID *uuid.UUID, kind, eventID string, detail map[string]any) error {
+	d, _ := json.Marshal(detail)
+	if _, err := t.tx.Exec(ctx, q("anomaly_insert"), tenantID, attemptID, kind, eventID, d); err != nil {
+		return fmt.Errorf("attempt: anomaly %s: %w", kind, err)
+	}
+	return nil
+}
+
+// Escalate opens the (attempt, reason) escalation insert-first with its escalation.opened
+// outbox row. What an existing one means is EscalationOnOpen's: open, a no-op; closed, a
+// recurrence recorded as an anomaly and counted, not reopened (DESIGN.md "Escalations").
+func (t *Tx) Escalate(ctx context.Context, a *Row, reason Reason, detail string) error {
+	escID := escalationID(a, reason)
+	tag, err := t.tx.Exec(ctx, q("escalation_insert"), escID, a.ID, a.TenantID, string(reason), string(EscalationOpen))
+	if err != nil {
+		return fmt.Errorf("attempt: escalate %s %s: %w", a.IdempotencyKey, reason, err)
+	}
+	existing := EscalationState("")
+	if tag.RowsAffected() == 0 {
+		if err := t.tx.QueryRow(ctx, q("escalation_state"), a.ID, string(reason)).Scan(&existing); err != nil {
+			return fmt.Errorf("attempt: escalation state: %w", err)
+		}
+	}
+	switch EscalationOnOpen(existing) {
+	case OpeningNone:
+		return nil
+	case OpeningRecurred:
+		t.EscalationRecurred++
+		return t.Anomaly(ctx, a.TenantID, &a.ID, "escalation_recurred", "", map[string]any{"reason": reason})
+	}
+	t.EscalationsOpened[reason]++
+	if reason == ReasonBlindRetry {
+		t.BlindRetries++
+		if _, err := t.tx.Exec(ctx, q("booking_attempt_mark_blind_retry"), a.ID); err != nil {
+			return err
+		}
+	}
+	m, err := t.openedMessage(a, escID, reason, detail)
+	if err != nil {
+		return err
+	}
+	return outbox.Insert(ctx, t.tx, m)
+}
+
+// escalationID is the (attempt, reason) escalation's deterministic id.
+func escalationID(a *Row, reason Reason) string {
+	return events.OutputID(a.TenantID, a.IdempotencyKey, "escalation:"+string(reason), "")
+}
+
+// openedMessage builds escalation.opened for a's escalation escID.
+func (t *Tx) openedMessage(a *Row, escID string, reason Reason, detail string) (outbox.Message, error) {
+	msg := events.EscalationOpened{
+		OutputEnvelope: t.envelope(a, events.EventEscalationOpened, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.opened", escID)),
+		EscalationID:   escID, Reason: string(reason), AttemptStatus: string(a.Status), UnknownSince: a.UnknownSince,
+		Checks: a.CheckCount, Summary: summary(a, reason, detail),
+	}
+	if a.LastLookupResult != "" {
+		msg.LastLookupResult = &a.LastLookupResult
+	}
+	return t.message(cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
+}
+
+// Escalations returns the escalations of attempt id by reason, as stored.
+func (t *Tx) Escalations(ctx context.Context, id uuid.UUID) (map[Reason]EscalationState, error) {
+	rows, err := t.tx.Query(ctx, q("escalation_states_of_attempt"), id)
+	if err != nil {
+		return nil, fmt.Errorf("attempt: escalations of %s: %w", id, err)
+	}
+	out := map[Reason]EscalationState{}
+	var r Reason
+	var st EscalationState
+	if _, err := pgx.ForEachRow(rows, []any{&r, &st}, func() error { out[r] = st; return nil }); err != nil {
+		return nil, fmt.Errorf("attempt: escalations of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// CloseEscalations closes a's open escalations of the given reasons (nil: every reason) and
+// publishes escalation.closed for each.
+func (t *Tx) CloseEscalations(ctx context.Context, a *Row, reasons []Reason, closedBy, actor, onlyID string) error {
+	var rs []string
+	if reasons != nil {
+		rs = make([]string, 0, len(reasons))
+		for _, r := range reasons {
+			rs = append(rs, string(r))
+		}
+	}
+	rows, err := t.tx.Query(ctx, q("escalation_close"), a.ID, string(EscalationClosed), closedBy, actor, string(EscalationOpen), rs, onlyID)
+	if err != nil {
+		return fmt.Errorf("attempt: close escalations %s: %w", a.IdempotencyKey, err)
+	}
+	type closed struct{ id, reason string }
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (closed, error) {
+		var c closed
+		return c, r.Scan(&c.id, &c.reason)
+	})
+	if err != nil {
+		return fmt.Errorf("attempt: close escalations %s: %w", a.IdempotencyKey, err)
+	}
+	for _, c := range cs {
+		t.EscalationsClosed[Reason(c.reason)]++
+		msg := events.EscalationClosed{
+			OutputEnvelope: t.envelope(a, events.EventEscalationClosed, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.closed", c.id)),
+			EscalationID:   c.id, ClosedBy: closedBy,
+		}
+		if actor != "" {
+			msg.Actor = &actor
+		}
+		if err := t.publish(ctx, cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Resolved publishes attempt.resolved for a, caused by causeID, and closes its outcome
 // escalations; closedBy is event, lookup or manual.
 func (t *Tx) Resolved(ctx context.Context, a *Row, causeID, closedBy, actor string) error {
@@ -476,14 +536,13 @@ func (t *Tx) Resolved(ctx context.Context, a *Row, causeID, closedBy, actor stri
 	return t.CloseEscalations(ctx, a, OutcomeReasons, closedBy, actor, "")
 }
 
-// ClaimReference claims (provider, operation, reference) for a insert-first. A claim by another
-// attempt is a duplicate provider reference: both attempts are escalated.
+// ClaimReference claims (provider, operation, reference) for a insert-first. A claim held by
+// another attempt is OnClaimConflict's: a duplicate provider reference, both escalated.
 func (t *Tx) ClaimReference(ctx context.Context, a *Row, eventID string) error {
 	if a.ProviderReference == "" {
 		return nil
 	}
-	tag, err := t.tx.Exec(ctx, `INSERT INTO provider_reference_claim (provider, operation, reference, attempt_id, tenant_id)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, a.Provider, string(a.Operation), a.ProviderReference, a.ID, a.TenantID)
+	tag, err := t.tx.Exec(ctx, q("provider_reference_claim_insert"), a.Provider, string(a.Operation), a.ProviderReference, a.ID, a.TenantID)
 	if err != nil {
 		return fmt.Errorf("attempt: claim reference: %w", err)
 	}
@@ -491,19 +550,19 @@ func (t *Tx) ClaimReference(ctx context.Context, a *Row, eventID string) error {
 		return nil
 	}
 	var owner uuid.UUID
-	if err := t.tx.QueryRow(ctx, `SELECT attempt_id FROM provider_reference_claim WHERE provider = $1 AND operation = $2 AND reference = $3`,
-		a.Provider, string(a.Operation), a.ProviderReference).Scan(&owner); err != nil {
+	if err := t.tx.QueryRow(ctx, q("provider_reference_claim_owner"), a.Provider, string(a.Operation), a.ProviderReference).Scan(&owner); err != nil {
 		return fmt.Errorf("attempt: read claim: %w", err)
 	}
-	if owner == a.ID {
+	dup, an := OnClaimConflict(a, owner, eventID)
+	if !dup {
 		return nil
 	}
 	t.DuplicateProvRefs++
-	if err := t.Anomaly(ctx, a.TenantID, &a.ID, string(ReasonDuplicateProviderReference), eventID, map[string]any{"owner": owner}); err != nil {
+	if err := t.Anomaly(ctx, a.TenantID, &a.ID, an.Kind, an.EventID, an.Detail); err != nil {
 		return err
 	}
 	// The owner is another intent's attempt: escalated without its intent lock (UNIQUE guards it).
-	other, err := scanRow(t.tx.QueryRow(ctx, `SELECT `+rowColumns+` FROM booking_attempt WHERE id = $1`, owner))
+	other, err := ReadByID(ctx, t.tx, owner)
 	if err != nil {
 		return fmt.Errorf("attempt: read owner: %w", err)
 	}
@@ -513,26 +572,17 @@ func (t *Tx) ClaimReference(ctx context.Context, a *Row, eventID string) error {
 	return t.Escalate(ctx, other, ReasonDuplicateProviderReference, "")
 }
 
-// duplicateBookingOps are the operations where a second CONFIRMED version is a duplicate.
-var duplicateBookingOps = map[events.Operation]bool{events.OpBook: true, events.OpPaymentAuthorize: true,
-	events.OpPaymentCapture: true, events.OpRefund: true}
-
 // CheckDuplicateBooking escalates duplicate_booking on a and every other CONFIRMED version of
-// its (intent, operation, subject), when there is one. Call it with the intent locked.
+// its (intent, operation, subject) (DuplicateBookings). Call it with the intent locked.
 func (t *Tx) CheckDuplicateBooking(ctx context.Context, a *Row) error {
 	if a.Status != StatusConfirmed || !duplicateBookingOps[a.Operation] {
-		return nil
+		return nil // DuplicateBookings finds none: spare the read
 	}
-	rows, err := t.tx.Query(ctx, `SELECT `+rowColumns+` FROM booking_attempt WHERE tenant_id = $1 AND booking_intent_id = $2
-		AND operation = $3 AND subject = $4 AND status = 'CONFIRMED' AND id <> $5 ORDER BY operation_version`,
-		a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject, a.ID)
+	sibs, err := t.siblings(ctx, a)
 	if err != nil {
-		return fmt.Errorf("attempt: siblings: %w", err)
+		return err
 	}
-	others, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Row, error) { return scanRow(r) })
-	if err != nil {
-		return fmt.Errorf("attempt: siblings: %w", err)
-	}
+	others := DuplicateBookings(a, sibs)
 	if len(others) == 0 {
 		return nil
 	}
@@ -549,95 +599,36 @@ func (t *Tx) CheckDuplicateBooking(ctx context.Context, a *Row) error {
 
 // siblings reads every version of a's (intent, operation, subject).
 func (t *Tx) siblings(ctx context.Context, a *Row) ([]*Row, error) {
-	rows, err := t.tx.Query(ctx, `SELECT `+rowColumns+` FROM booking_attempt WHERE tenant_id = $1 AND booking_intent_id = $2
-		AND operation = $3 AND subject = $4 ORDER BY operation_version`, a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject)
+	rs, err := scanRows(t.tx.Query(ctx, q("booking_attempt_siblings"), a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject))
 	if err != nil {
 		return nil, fmt.Errorf("attempt: siblings: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Row, error) { return scanRow(r) })
+	return rs, nil
 }
 
-// ToSiblings reduces rows to the gate's view.
-func ToSiblings(rows []*Row) []Sibling {
-	out := make([]Sibling, 0, len(rows))
-	for _, r := range rows {
-		s := Sibling{Version: r.Version, Status: r.Status, Source: r.Source, Retryable: r.Retryable}
-		if r.FailedFactAt != nil {
-			s.FailedFactAt = *r.FailedFactAt
-		}
-		out = append(out, s)
-	}
-	return out
-}
+func (t *Tx) maxVersions(provider string) int { return t.cfg.Policies[provider].maxVersions() }
 
-func (t *Tx) maxVersions(provider string) int {
-	if p, ok := t.cfg.Policies[provider]; ok && p.MaxVersions > 0 {
-		return p.MaxVersions
-	}
-	return 3
-}
-
-// JudgeGate judges the safe retry gate for a (DESIGN.md "Safe retry gate and blind retries")
-// and for every later version already judged, when a changed. A version that is not a safe
-// retry is escalated blind_retry once; once raised it stays raised.
+// JudgeGate judges the safe retry gate for a and for every later version already judged, when
+// a changed (GateJudgements). A version that is not a safe retry is recorded and escalated
+// blind_retry once; once raised it stays raised.
 func (t *Tx) JudgeGate(ctx context.Context, a *Row, judgeSelf bool) error {
 	sibs, err := t.siblings(ctx, a)
 	if err != nil {
 		return err
 	}
-	all := ToSiblings(sibs)
-	for _, s := range sibs {
-		self := s.ID == a.ID
-		if s.Version < 2 || s.BlindRetry || (self && !judgeSelf) || (!self && (s.Version <= a.Version || !s.GateJudged)) {
-			continue
-		}
-		start := s.FirstEventAt
-		if s.StartedAt != nil {
-			start = *s.StartedAt
-		}
-		var earlier []Sibling
-		for _, e := range all {
-			if e.Version < s.Version {
-				earlier = append(earlier, e)
-			}
-		}
-		if _, err := t.tx.Exec(ctx, `UPDATE booking_attempt SET gate_judged = true WHERE id = $1`, s.ID); err != nil {
+	for _, j := range GateJudgements(a, sibs, judgeSelf, t.maxVersions) {
+		if _, err := t.tx.Exec(ctx, q("booking_attempt_mark_gate_judged"), j.Row.ID); err != nil {
 			return err
 		}
-		if ok, reason := SafeRetry(s.Version, start, earlier, t.maxVersions(s.Provider)); !ok {
-			if err := t.Anomaly(ctx, s.TenantID, &s.ID, string(ReasonBlindRetry), "", map[string]any{"gate": reason}); err != nil {
-				return err
-			}
-			if err := t.Escalate(ctx, s, ReasonBlindRetry, string(reason)); err != nil {
-				return err
-			}
+		if j.Safe {
+			continue
+		}
+		if err := t.Anomaly(ctx, j.Row.TenantID, &j.Row.ID, string(ReasonBlindRetry), "", map[string]any{"gate": j.Reason}); err != nil {
+			return err
+		}
+		if err := t.Escalate(ctx, j.Row, ReasonBlindRetry, string(j.Reason)); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// NeedsNoLookupEscalation applies DESIGN.md's reconciliation ladder to an UNKNOWN attempt: true
-// when no lookup can ever apply (the provider has none, or the start is applied and none of its
-// lookups has the identity it needs).
-func (t *Tx) NeedsNoLookupEscalation(a *Row) bool {
-	p := t.cfg.Policies[a.Provider]
-	has := func(k string) bool {
-		for _, l := range p.Lookups {
-			if l == k {
-				return true
-			}
-		}
-		return false
-	}
-	if a.ProviderReference != "" && has("provider_reference") {
-		return false
-	}
-	if a.ClientReference != "" && has("client_reference") {
-		return false
-	}
-	started := a.RequestHash != ""
-	if a.Operation.HasFingerprint() && started && a.Fingerprint != "" && has("fingerprint") {
-		return false
-	}
-	return len(p.Lookups) == 0 || started
 }

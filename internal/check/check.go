@@ -192,7 +192,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, brokers []string, topics demo.
 	for k, a := range got {
 		n := len(resolutions[k])
 		terminal := a.status == "CONFIRMED" || a.status == "FAILED"
-		if terminal && n != 1 && !(a.source == "manual" && n == 0) {
+		if terminal && n != 1 && (a.source != "manual" || n != 0) {
 			oneRes.bad("%s has %d", k, n)
 		}
 		if !terminal && n != 0 {

@@ -3,7 +3,6 @@ package check_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"sync"
@@ -117,7 +116,7 @@ func startPipeline(t *testing.T, h *pipelinetest.Harness, gen loadgen.Output) *p
 		})
 	}
 	t.Cleanup(p.stop)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	wg.Go(func() {
 		if err := ingest.Run(ctx, p.cfg, ingest.Deps{Logger: log, Registry: p.reg}); err != nil {
 			t.Errorf("ingest: %v", err)

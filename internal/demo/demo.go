@@ -86,7 +86,7 @@ func (o *Options) defaults() {
 		o.Out = io.Discard
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 

@@ -21,6 +21,7 @@ package escalate
 import (
 	"cmp"
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,12 @@ import (
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// statements are the escalator's reads (sql/*.sql); internal/attempt writes.
+var statements = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
 
 // Config configures an escalator. Run reads Infra (Brokers and DatabaseURL required;
 // AdminAddr default 127.0.0.1:9103, MaxDBConns default service.DefaultRunConns); New reads the
@@ -200,10 +207,8 @@ func (e *Escalator) RunOnce(ctx context.Context) (int, error) {
 	}
 	// The retry-at condition filters the partial index's rows (booking_attempt_deadline): a
 	// candidate set aside never takes a place in the batch before it is due again.
-	rows, err := e.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id, idempotency_key, escalation_failures FROM booking_attempt
-		WHERE status = 'UNKNOWN' AND NOT deadline_done AND unknown_since <= now() - $1::interval
-			AND (escalation_retry_at IS NULL OR escalation_retry_at <= now())
-		ORDER BY unknown_since LIMIT $2`, fmt.Sprintf("%d microseconds", e.minDead.Microseconds()), e.cfg.Batch)
+	rows, err := e.pool.Query(ctx, statements.SQL("booking_attempt_deadline_candidates"), fmt.Sprintf("%d microseconds", e.minDead.Microseconds()),
+		e.cfg.Batch, string(attempt.StatusUnknown))
 	if err != nil {
 		return 0, fmt.Errorf("escalate: scan: %w", err)
 	}
@@ -241,9 +246,9 @@ func (e *Escalator) setAside(ctx context.Context, c candidate, class string, cau
 	wait := e.retryAfter(c.failures + 1)
 	var retryAt time.Time
 	err := postgres.WithTx(ctx, e.pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `UPDATE booking_attempt SET escalation_failures = escalation_failures + 1,
-			escalation_error = $2, escalation_retry_at = now() + $3::interval WHERE id = $1 RETURNING escalation_retry_at`,
-			c.id, attempt.FailureText(cause), fmt.Sprintf("%d microseconds", wait.Microseconds())).Scan(&retryAt)
+		var err error
+		retryAt, err = attempt.NewTx(tx, &e.cfg.Store).RecordDeadlineFailure(ctx, c.id, cause, wait)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("escalate: record the failure of %s/%s: %w", c.tenant, c.key, err)
@@ -288,30 +293,11 @@ func (e *Escalator) judge(ctx context.Context, c candidate) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if a.Status != attempt.StatusUnknown || a.UnknownSince == nil {
-			return nil
-		}
 		caps, _ := e.cfg.Providers.Get(a.Provider)
-		var due, held bool
-		err = tx.QueryRow(ctx, `SELECT $2::timestamptz + $3::interval <= now(),
-			EXISTS (SELECT 1 FROM escalation WHERE attempt_id = $1 AND state = 'open' AND reason IN ('ambiguous_match', 'no_lookup_capability'))`,
-			a.ID, *a.UnknownSince, fmt.Sprintf("%d microseconds", caps.DeadlineFor(a.Operation).Microseconds())).Scan(&due, &held)
-		if err != nil {
-			return fmt.Errorf("escalate: judge %s: %w", a.IdempotencyKey, err)
-		}
-		if !due {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE booking_attempt SET deadline_done = true WHERE id = $1`, a.ID); err != nil {
+		var raised bool
+		if raised, opened, err = at.JudgeDeadline(ctx, a, caps.DeadlineFor(a.Operation)); err != nil || !raised {
 			return err
 		}
-		if held {
-			return nil // an open ambiguous_match or no_lookup_capability holds the deadline back
-		}
-		if err := at.Escalate(ctx, a, attempt.ReasonDeadlineExceeded, ""); err != nil {
-			return err
-		}
-		opened = at.EscalationsOpened[attempt.ReasonDeadlineExceeded] > 0
 		if f := e.testSignals.beforeCommit; f != nil {
 			f(ctx, a.ID)
 		}
@@ -321,8 +307,7 @@ func (e *Escalator) judge(ctx context.Context, c candidate) (bool, error) {
 }
 
 func (e *Escalator) observeOpen(ctx context.Context) error {
-	rows, err := e.pool.Query(ctx, `SELECT reason, count(*), extract(epoch FROM now() - min(opened_at))::float8
-		FROM escalation WHERE state = 'open' GROUP BY reason`)
+	rows, err := e.pool.Query(ctx, statements.SQL("escalation_open_by_reason"), string(attempt.EscalationOpen))
 	if err != nil {
 		return fmt.Errorf("escalate: open escalations: %w", err)
 	}

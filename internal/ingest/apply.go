@@ -69,7 +69,7 @@ func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 			fresh()
 			return in.applyFast(ctx, tx, items, &res)
 		})
-		if err != nil && ctx.Err() == nil && (postgres.IsStatementError(err) || errors.Is(err, attempt.ErrPlanDiverged)) {
+		if err != nil && ctx.Err() == nil && postgres.IsStatementError(err) {
 			in.log.Warn("batch fast path failed on a record; isolating records", "records", len(items), "err", err)
 			err = errRetryPerEvent
 		}
@@ -120,8 +120,9 @@ func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 var errRetryPerEvent = errors.New("ingest: retry the batch record by record")
 
 // applyFast applies a batch with set-based statements: insert-first dedup of all records at
-// once, then attempt.Bulk for the intents whose events are all common cases, and the
-// per-event path for the rest, without savepoints. Any record-level failure aborts the
+// once, then attempt.Bulk in batch order (buffered and flushed set-based, or the per-event path
+// for an intent from its first event the bulk path cannot write), without savepoints. Any
+// record-level failure aborts the
 // transaction; applyBatch then reruns the batch record by record.
 func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res *batchResult) error {
 	var attIdx, decIdx []int
@@ -154,7 +155,6 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 	}
 	var applied []events.Attempt
-	var appliedDigests []events.Digests
 	var perEvent [][2]string
 	for i := range items {
 		if outcome[i] != processedevent.Applied {
@@ -162,14 +162,13 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 		if a := items[i].attempt; a != nil {
 			applied = append(applied, *a)
-			appliedDigests = append(appliedDigests, items[i].digests)
 		}
 		if d := items[i].decision; d != nil {
 			perEvent = append(perEvent, [2]string{d.TenantID, d.BookingIntentID})
 		}
 	}
 	at := attempt.NewTx(tx, &in.acfg)
-	bulk, err := at.NewBulk(ctx, applied, appliedDigests, in.codes, perEvent)
+	bulk, err := at.NewBulk(ctx, applied, in.codes, perEvent)
 	if err != nil {
 		return err
 	}
@@ -204,17 +203,9 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 			if !in.dedupOutcome(outcome[i], mtopic, a.EventID, res) {
 				continue
 			}
-			if !bulk.PerEvent(*a) {
-				if !bulk.Try(*a, it.digests) {
-					return attempt.ErrPlanDiverged
-				}
-				continue
-			}
-			et := attempt.NewTx(tx, &in.acfg)
-			if _, err := et.ApplyEvent(ctx, *a, in.codes); err != nil {
+			if err := bulk.Apply(ctx, *a, it.digests); err != nil {
 				return err
 			}
-			res.effects = append(res.effects, &et.Effects)
 		}
 	}
 	if err := bulk.Flush(ctx); err != nil {

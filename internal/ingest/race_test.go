@@ -99,8 +99,7 @@ func (e *raceEnv) raw(t *testing.T, id, tenant, intent string, version int, ref 
 // apply is the ingester's path for one record inside tx; mid (when set) runs between the
 // insert-first dedup row and the apply. Per-event (ingest.applyOne): savepoint,
 // processedevent.Store.Insert, attempt.Tx.ApplyEvent. Fast (ingest.applyFast): Store.InsertMany,
-// attempt.Tx.NewBulk, then Bulk.Try and Flush, or ApplyEvent for an intent the plan put on the
-// per-event path.
+// attempt.Tx.NewBulk, then Bulk.Apply (buffered, or ApplyEvent) and Flush.
 func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) (processedevent.Outcome, error) {
 	ev, err := events.DecodeAttempt(raw, events.DecodeOptions{KnownProvider: e.known})
 	if err != nil {
@@ -128,16 +127,11 @@ func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) 
 		if err != nil {
 			return 0, err
 		}
-		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, []events.Digests{rh}, codes, nil)
+		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, codes, nil)
 		if err != nil {
 			return 0, err
 		}
-		if bulk.PerEvent(ev) {
-			_, err = attempt.NewTx(tx, &e.cfg).ApplyEvent(ctx, ev, codes)
-		} else if !bulk.Try(ev, rh) {
-			err = attempt.ErrPlanDiverged
-		}
-		if err != nil {
+		if err := bulk.Apply(ctx, ev, rh); err != nil {
 			return 0, err
 		}
 		return processedevent.Applied, bulk.Flush(ctx)

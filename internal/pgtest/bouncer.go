@@ -91,7 +91,7 @@ pidfile = %s
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer out.Close() // the child keeps its own descriptor
+	defer func() { _ = out.Close() }() // the child keeps its own descriptor; nothing written here
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -106,14 +106,15 @@ pidfile = %s
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM) // immediate shutdown
+		var waitErr error                       // a SIGTERM exit status is expected
 		select {
-		case <-exited:
+		case waitErr = <-exited:
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			waitErr = <-exited
 		}
 		if t.Failed() {
-			t.Logf("pgbouncer log:\n%s", logs())
+			t.Logf("pgbouncer exited (%v); log:\n%s", waitErr, logs())
 		}
 	})
 	pu := *u

@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -140,7 +139,7 @@ func (r *Reconciler) observe(e *attempt.Effects) {
 // observeOldest sets the oldest-UNKNOWN gauge, registering it on its first computation.
 func (r *Reconciler) observeOldest(ctx context.Context) error {
 	var age *float64
-	err := r.pool.QueryRow(ctx, `SELECT extract(epoch FROM $1 - min(unknown_since))::float8 FROM booking_attempt WHERE status = 'UNKNOWN'`, r.now()).Scan(&age)
+	err := r.pool.QueryRow(ctx, statements.SQL("booking_attempt_oldest_unknown_age"), r.now(), string(attempt.StatusUnknown)).Scan(&age)
 	if err != nil {
 		return fmt.Errorf("reconcile: oldest unknown: %w", err)
 	}
@@ -160,9 +159,7 @@ func (r *Reconciler) sweepStale(ctx context.Context) error {
 	cutoff := now.Add(-r.cfg.InProgressTimeout)
 	// next_check_at of an IN_PROGRESS attempt is the retry of a sweep that failed for the
 	// attempt's own data (setAside): until then the attempt is skipped.
-	rows, err := r.pool.Query(ctx, `SELECT id, tenant_id, booking_intent_id, idempotency_key, lease_token FROM booking_attempt
-		WHERE status = 'IN_PROGRESS' AND created_at < $1 AND (next_check_at IS NULL OR next_check_at <= $3)
-		ORDER BY created_at LIMIT $2`, cutoff, r.cfg.Batch, now)
+	rows, err := r.pool.Query(ctx, statements.SQL("booking_attempt_stale_candidates"), cutoff, r.cfg.Batch, now, string(attempt.StatusInProgress))
 	if err != nil {
 		return fmt.Errorf("reconcile: stale scan: %w", err)
 	}
@@ -190,10 +187,7 @@ func (r *Reconciler) sweepStale(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if a.Status != attempt.StatusInProgress || !a.CreatedAt.Before(cutoff) {
-				return nil // settled or restarted meanwhile
-			}
-			_, err = at.MarkStale(ctx, a)
+			_, err = at.MarkStale(ctx, a, now, r.cfg.InProgressTimeout) // unchanged when settled or restarted meanwhile
 			return err
 		})
 		if class := attempt.FailureClass(err); class != "" && ctx.Err() == nil {
@@ -230,23 +224,10 @@ func (r *Reconciler) setAside(ctx context.Context, f failedItem, class string, c
 	var next time.Time
 	recorded := false
 	err := postgres.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
-		recorded = false
-		err := tx.QueryRow(ctx, `SELECT check_failures FROM booking_attempt WHERE id = $1 AND lease_token = $2 AND status = $3 FOR UPDATE`,
-			f.id, f.token, string(f.status)).Scan(&failures)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // re-claimed or settled meanwhile: its new owner decides
-		}
-		if err != nil {
-			return err
-		}
-		failures++
-		next = r.now().Add(r.interval(failures))
-		if _, err := tx.Exec(ctx, `UPDATE booking_attempt SET check_failures = $2, check_error = $3, next_check_at = $4,
-			lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = $1`, f.id, failures, attempt.FailureText(cause), next); err != nil {
-			return err
-		}
-		recorded = true
-		return nil
+		var err error
+		failures, next, recorded, err = attempt.NewTx(tx, &r.cfg.Store).RecordCheckFailure(ctx, f.id, f.token, f.status, cause,
+			func(n int) time.Time { return r.now().Add(r.interval(n)) })
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("reconcile: record the failure of %s/%s: %w", f.tenant, f.key, err)

@@ -12,6 +12,7 @@ package reconcile
 import (
 	"cmp"
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,6 +32,12 @@ import (
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/providers"
 )
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// statements are the reconciler's reads (sql/*.sql); internal/attempt writes.
+var statements = postgres.MustLoadStatements(sqlFiles, "sql/*.sql")
 
 // Config configures a reconciler. Zero values take the documented defaults. Run reads Infra
 // (Brokers and DatabaseURL required; AdminAddr default 127.0.0.1:9102, MaxDBConns default
@@ -348,56 +354,18 @@ func (r *Reconciler) claim(ctx context.Context, n int, lim limits) ([]Claimed, e
 	now := r.now()
 	lease := 2 * r.cfg.CallTimeout
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, `WITH cand AS MATERIALIZED (
-			SELECT id, provider, next_check_at FROM booking_attempt
-			WHERE status = 'UNKNOWN' AND next_check_at <= $1 AND provider <> ALL($5::text[])
-			ORDER BY next_check_at
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED),
-		due AS (
-			SELECT c.id FROM (SELECT id, provider, row_number() OVER (PARTITION BY provider ORDER BY next_check_at, id) AS nth
-				FROM cand) c
-			LEFT JOIN unnest($6::text[], $7::int[]) AS cap(provider, free) ON cap.provider = c.provider
-			WHERE cap.free IS NULL OR c.nth <= cap.free)
-		UPDATE booking_attempt a SET lease_owner = $3, lease_token = a.lease_token + 1,
-			lease_expires_at = $4, next_check_at = $4
-		FROM due WHERE a.id = due.id
-		RETURNING a.id, a.lease_token`, now, n, r.cfg.Owner, now.Add(lease), nonNil(lim.full), nonNil(lim.names), nonNil(lim.caps))
+	rows, err := attempt.ClaimDue(ctx, r.pool, attempt.Claim{Now: now, Limit: n, Owner: r.cfg.Owner, LeaseExpiry: now.Add(lease),
+		Full: lim.full, Names: lim.names, Caps: lim.caps}) // nil for none: ClaimDue sends empty arrays
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: claim: %w", err)
-	}
-	type idTok struct {
-		id  uuid.UUID
-		tok int64
-	}
-	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idTok, error) {
-		var x idTok
-		return x, row.Scan(&x.id, &x.tok)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: claim: %w", err)
+		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	r.metrics.ClaimSeconds.Observe(time.Since(start).Seconds())
-	r.metrics.Claimed.Add(float64(len(ids)))
-	out := make([]Claimed, 0, len(ids))
-	for _, x := range ids {
-		a, err := r.read(ctx, x.id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Claimed{Row: a, Token: x.tok})
+	r.metrics.Claimed.Add(float64(len(rows)))
+	out := make([]Claimed, 0, len(rows))
+	for _, a := range rows {
+		out = append(out, Claimed{Row: a, Token: a.Token})
 	}
 	return out, nil
-}
-
-func (r *Reconciler) read(ctx context.Context, id uuid.UUID) (*attempt.Row, error) {
-	var a *attempt.Row
-	err := postgres.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
-		var err error
-		a, err = attempt.ReadByID(ctx, tx, id)
-		return err
-	})
-	return a, err
 }
 
 // interval is the backoff after n checks: min(Initial × Multiplier^n, MaxInterval) with jitter,

@@ -138,11 +138,3 @@ func (s *slots) drainFreed() {
 	default:
 	}
 }
-
-// nonNil keeps an empty list an empty SQL array (a nil slice is NULL).
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -71,7 +70,7 @@ func TestRelayElectionCannotSplit(t *testing.T) {
 		}
 		t.Cleanup(cl.Close)
 		rr := &relayRun{name: name, metrics: relay.NewMetrics(nil, []string{topic})}
-		rr.relay = &relay.Relay{Pool: pool, Client: cl, Metrics: rr.metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		rr.relay = &relay.Relay{Pool: pool, Client: cl, Metrics: rr.metrics, Logger: slog.New(slog.DiscardHandler),
 			Config: relay.Config{Holder: name, LeaseTTL: ttl, Batch: 50, Interval: 10 * time.Millisecond}}
 		relay.SetTestSignals(rr.relay,
 			func() {

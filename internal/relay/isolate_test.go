@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -47,7 +46,7 @@ func newRelayEnv(t *testing.T, topics ...string) *relayEnv {
 	}
 	t.Cleanup(cl.Close)
 	e.metrics = relay.NewMetrics(e.reg, topics)
-	e.relay = &relay.Relay{Pool: e.pool, Client: cl, Metrics: e.metrics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	e.relay = &relay.Relay{Pool: e.pool, Client: cl, Metrics: e.metrics, Logger: slog.New(slog.DiscardHandler),
 		Config: relay.Config{RetryInitial: 50 * time.Millisecond, TopicPause: 200 * time.Millisecond}}
 	return e
 }

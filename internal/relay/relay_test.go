@@ -70,7 +70,7 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	rl := &relay.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	rl := &relay.Relay{Pool: pool, Client: cl, Logger: slog.New(slog.DiscardHandler)}
 
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -1,0 +1,148 @@
+package attempt_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+)
+
+// TestBulkEqualsPerEvent: the batch write path (Bulk: buffered in memory and flushed set-based,
+// or handed to the per-event path mid-batch) stores exactly what ApplyEvent stores event by
+// event: the same attempts, audit trail and outbox records, in the same order per intent.
+func TestBulkEqualsPerEvent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	start := `,"request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}},"recovery":{"clientReference":"cr","correlationId":"c1"}`
+	ok := `,"outcome":{"providerReference":"HTL-%s"}`
+	unknown := `,"outcome":{"timeoutClass":"read_timeout"}`
+	failed := `,"outcome":{"failureCode":"SOLD_OUT","retryable":true}`
+	other := `,"request":{"offerVersion":"o2","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`
+	noIdentity := `,"request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`
+	type ev struct{ typ, extra string }
+	// Batches of events per intent (each intent's events keep their order).
+	scripts := map[string][][]ev{
+		"bi_pair":      {{{"attempt.started", start}, {"attempt.succeeded", ok}}},
+		"bi_fail":      {{{"attempt.started", start}, {"attempt.failed", failed}}},
+		"bi_unknown":   {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}},
+		"bi_late":      {{{"attempt.succeeded", ok}, {"attempt.started", start}}},
+		"bi_late2":     {{{"attempt.succeeded", ok}}, {{"attempt.started", start}}},
+		"bi_switch":    {{{"attempt.outcome_unknown", unknown}, {"attempt.started", start}, {"attempt.succeeded", ok}}},
+		"bi_repeat":    {{{"attempt.started", start}, {"attempt.started", start}}},
+		"bi_contra":    {{{"attempt.started", start}, {"attempt.succeeded", ok}, {"attempt.failed", failed}}, {{"attempt.failed", failed}}},
+		"bi_nolookup":  {{{"attempt.started", noIdentity}, {"attempt.outcome_unknown", unknown}, {"attempt.succeeded", ok}}},
+		"bi_nolookup2": {{{"attempt.started", noIdentity}, {"attempt.outcome_unknown", unknown}}, {{"attempt.failed", failed}}},
+		"bi_settle":    {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}, {{"attempt.succeeded", ok}}},
+		"bi_conflict2": {{{"attempt.started", start}}, {{"attempt.started", other}, {"attempt.started", other}}},
+		"bi_conflict":  {{{"attempt.started", start}, {"attempt.started", other}}},
+	}
+	intents := slices.Sorted(func(yield func(string) bool) {
+		for k := range scripts {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	batches := [][]events.Attempt{}
+	for b := 0; b < 2; b++ {
+		var batch []events.Attempt
+		for _, intent := range intents {
+			if b >= len(scripts[intent]) {
+				continue
+			}
+			for i, e := range scripts[intent][b] {
+				extra := e.extra
+				if e.typ == "attempt.succeeded" {
+					extra = fmt.Sprintf(ok, intent)
+				}
+				batch = append(batch, event(t, e.typ, fmt.Sprintf("%s-%d-%d", intent, b, i), intent, "book:"+intent+":v1", "BOOK", extra))
+			}
+		}
+		batches = append(batches, batch)
+	}
+	run := func(bulk bool) *pgxpool.Pool {
+		pool := pgtest.NewPool(t)
+		for _, batch := range batches {
+			inTx(t, pool, func(at *attempt.Tx) error {
+				if !bulk {
+					for _, e := range batch {
+						if _, err := at.ApplyEvent(ctx, e, nil); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				b, err := at.NewBulk(ctx, batch, nil, nil)
+				if err != nil {
+					return err
+				}
+				for _, e := range batch {
+					d, err := e.Digests()
+					if err != nil {
+						return err
+					}
+					if err := b.Apply(ctx, e, d); err != nil {
+						return err
+					}
+				}
+				return b.Flush(ctx)
+			})
+		}
+		return pool
+	}
+	dump := func(pool *pgxpool.Pool) []string {
+		var out []string
+		for _, q := range []string{
+			`SELECT concat_ws('|', idempotency_key, status, resolution_source, request::text, request_hash, fingerprint, client_reference,
+				correlation_id, provider_reference, failure_code, retryable, timeout_class, request_sent, started_at, first_event_at,
+				unknown_since IS NULL, terminal_at IS NULL, next_check_at IS NULL, failed_fact_at, gate_judged, blind_retry)
+				FROM booking_attempt ORDER BY idempotency_key`,
+			`SELECT concat_ws('|', a.idempotency_key, t.from_status, t.to_status, t.cause, t.event_id, t.note)
+				FROM attempt_transition t JOIN booking_attempt a ON a.id = t.attempt_id ORDER BY a.idempotency_key, t.id`,
+			`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), topic, event_id) FROM outbox ORDER BY convert_from(record_key, 'UTF8'), id`,
+			`SELECT concat_ws('|', a.idempotency_key, e.reason, e.state) FROM escalation e JOIN booking_attempt a ON a.id = e.attempt_id ORDER BY 1`,
+			`SELECT concat_ws('|', a.idempotency_key, n.kind, n.event_id) FROM anomaly n JOIN booking_attempt a ON a.id = n.attempt_id ORDER BY n.id`,
+			`SELECT concat_ws('|', c.provider, c.operation, c.reference, a.idempotency_key) FROM provider_reference_claim c JOIN booking_attempt a ON a.id = c.attempt_id ORDER BY 1`,
+		} {
+			rows, err := pool.Query(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var s string
+				if err := rows.Scan(&s); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, s)
+			}
+			rows.Close()
+			out = append(out, "--")
+		}
+		return out
+	}
+	perEvent, bulk := dump(run(false)), dump(run(true))
+	if len(perEvent) < 40 {
+		t.Fatalf("only %d rows dumped: %v", len(perEvent), perEvent)
+	}
+	for i := range max(len(perEvent), len(bulk)) {
+		var p, b string
+		if i < len(perEvent) {
+			p = perEvent[i]
+		}
+		if i < len(bulk) {
+			b = bulk[i]
+		}
+		if p != b {
+			t.Errorf("row %d\nper-event %s\n     bulk %s", i, p, b)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+-- booking_attempt: written by internal/attempt only. Whole attempts are read through the
+-- booking_attempt_row view (migrations 00006), whose columns scanRow reads in order. Every
+-- state a statement stores was decided in Go (transition.go); no statement decides one.
+
+-- name: booking_attempt_by_key
+SELECT * FROM booking_attempt_row WHERE tenant_id = $1 AND idempotency_key = $2 FOR UPDATE;
+
+-- name: booking_attempt_by_id
+SELECT * FROM booking_attempt_row WHERE id = $1 FOR UPDATE;
+
+-- name: booking_attempt_read
+-- Without a lock: another intent's attempt (a provider reference's owner), or a plain read.
+SELECT * FROM booking_attempt_row WHERE id = $1;
+
+-- name: booking_attempt_siblings
+-- Every version of one (intent, operation, subject); read with the intent locked.
+SELECT * FROM booking_attempt_row WHERE tenant_id = $1 AND booking_intent_id = $2 AND operation = $3 AND subject = $4
+ORDER BY operation_version;
+
+-- name: booking_attempt_of_intents
+-- $1 tenants, $2 intents: every attempt of a batch's intents, locked in id order.
+SELECT * FROM booking_attempt_row
+WHERE (tenant_id, booking_intent_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+ORDER BY id FOR UPDATE;
+
+-- name: booking_attempt_insert
+-- A new attempt, as OnEvent built it; ON CONFLICT: created meanwhile under another lock.
+INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
+    idempotency_key, provider, status, resolution_source, request, request_hash, fingerprint, client_reference,
+    provider_session_id, correlation_id, payment_reference, subject_provider_reference, provider_idempotency_key,
+    provider_reference, failure_code, retryable, timeout_class, request_sent, started_at, first_event_at, window_start,
+    failed_fact_at, unknown_since, terminal_at, next_check_at, created_at, updated_at, gate_judged)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, nullif($12, ''), nullif($13, ''), nullif($14, ''),
+    nullif($15, ''), nullif($16, ''), nullif($17, ''), nullif($18, ''), nullif($19, ''), nullif($20, ''), nullif($21, ''),
+    $22, nullif($23, ''), $24, $25, $26, $27, $28, $29, $30, $31, $32, $32, $33)
+ON CONFLICT DO NOTHING;
+
+-- name: booking_attempt_write_state
+-- The state a transition decided: status, source, references, times; the lease is released.
+UPDATE booking_attempt SET status = $2, resolution_source = nullif($3, ''), provider_reference = nullif($4, ''),
+    failure_code = nullif($5, ''), retryable = $6, timeout_class = nullif($7, ''), window_start = $8,
+    failed_fact_at = $9, unknown_since = $10, terminal_at = $11, next_check_at = $12,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = $1;
+
+-- name: booking_attempt_fill_request
+-- A start that arrived after the outcome fills in the request, hash and recovery identities.
+UPDATE booking_attempt SET request = $2, request_hash = $3, fingerprint = nullif($4, ''),
+    client_reference = nullif($5, ''), provider_session_id = nullif($6, ''), correlation_id = nullif($7, ''),
+    payment_reference = nullif($8, ''), subject_provider_reference = nullif($9, ''), provider_idempotency_key = nullif($10, ''),
+    started_at = $11, window_start = $12, updated_at = now()
+WHERE id = $1;
+
+-- name: booking_attempt_record_reference
+UPDATE booking_attempt SET provider_reference = $2, updated_at = now() WHERE id = $1;
+
+-- name: booking_attempt_record_check
+-- A check that did not settle the attempt, fenced by the lease token and $5 = UNKNOWN
+-- (DESIGN.md "Reconciliation": every reconciler write carries the fence).
+UPDATE booking_attempt SET check_count = $3, check_failures = 0, next_check_at = $4,
+    last_lookup_result = nullif($6, ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = $1 AND lease_token = $2 AND status = $5;
+
+-- name: booking_attempt_mark_gate_judged
+UPDATE booking_attempt SET gate_judged = true WHERE id = $1;
+
+-- name: booking_attempt_mark_blind_retry
+UPDATE booking_attempt SET blind_retry = true WHERE id = $1;
+
+-- name: booking_attempt_mark_deadline_done
+UPDATE booking_attempt SET deadline_done = true WHERE id = $1;
+
+-- name: booking_attempt_update_many
+-- The bulk path's changed attempts, state decided in Go, one row per array element; the lease
+-- is released (booking_attempt_write_state).
+UPDATE booking_attempt a SET status = u.status, resolution_source = nullif(u.source, ''),
+    provider_reference = nullif(u.ref, ''), failure_code = nullif(u.code, ''), retryable = u.retryable,
+    timeout_class = nullif(u.tc, ''), window_start = u.win, failed_fact_at = u.failed_at,
+    unknown_since = u.unknown_since, terminal_at = u.terminal_at, next_check_at = u.next_check,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::timestamptz[],
+        $8::timestamptz[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[])
+    AS u(id, status, source, ref, code, retryable, win, failed_at, tc, unknown_since, terminal_at, next_check)
+WHERE a.id = u.id;
+
+-- name: booking_attempt_claim_due
+-- The reconciler's claim (STYLE.md habit 13): up to $2 attempts in status $8 due at $1, none of
+-- the full providers $5, at most $7[i] of provider $6[i] (the earliest due), locked SKIP LOCKED;
+-- each gets owner $3, the next fencing token and lease expiry $4 (also its next_check_at, so a
+-- reconciler that dies leaves it due again then). It returns the claimed attempts whole: the
+-- token, then the row as the statement found it (its lease_token and next_check_at are the
+-- claim's: the token returned and $4).
+WITH cand AS MATERIALIZED (
+        SELECT id, provider, next_check_at FROM booking_attempt
+        WHERE status = $8 AND next_check_at <= $1 AND provider <> ALL($5::text[])
+        ORDER BY next_check_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED),
+    due AS (
+        SELECT c.id FROM (SELECT id, provider, row_number() OVER (PARTITION BY provider ORDER BY next_check_at, id) AS nth
+            FROM cand) c
+        LEFT JOIN unnest($6::text[], $7::int[]) AS cap(provider, free) ON cap.provider = c.provider
+        WHERE cap.free IS NULL OR c.nth <= cap.free),
+    claimed AS (
+        UPDATE booking_attempt a SET lease_owner = $3, lease_token = a.lease_token + 1,
+            lease_expires_at = $4, next_check_at = $4
+        FROM due WHERE a.id = due.id
+        RETURNING a.id, a.lease_token)
+SELECT claimed.lease_token, r.* FROM claimed JOIN booking_attempt_row r ON r.id = claimed.id
+ORDER BY r.next_check_at, r.id;
+
+-- name: booking_attempt_record_check_failure
+-- A reconciler write (a check's verdict, the stale sweep) the database refused for the
+-- attempt's own data, fenced by the token and the status the stage saw ($3): the failures so
+-- far, the error, the lease released, next_check_at moved on by the backoff.
+UPDATE booking_attempt SET check_failures = check_failures + 1, check_error = $4, next_check_at = $5,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = $1 AND lease_token = $2 AND status = $3;
+
+-- name: booking_attempt_check_failures
+SELECT check_failures FROM booking_attempt WHERE id = $1 AND lease_token = $2 AND status = $3 FOR UPDATE;
+
+-- name: booking_attempt_record_deadline_failure
+-- The escalator's deadline judgement the database refused for the attempt's own data: one more
+-- failure, the error, and the retry-at after $3 (the backoff).
+UPDATE booking_attempt SET escalation_failures = escalation_failures + 1,
+    escalation_error = $2, escalation_retry_at = now() + $3::interval WHERE id = $1 RETURNING escalation_retry_at;
+
+-- name: booking_attempt_fill_many
+-- The bulk path's late starts (booking_attempt_fill_request, one row per array element).
+UPDATE booking_attempt a SET request = u.request, request_hash = u.hash, fingerprint = nullif(u.fp, ''),
+    client_reference = nullif(u.cr, ''), provider_session_id = nullif(u.ps, ''), correlation_id = nullif(u.corr, ''),
+    payment_reference = nullif(u.pay, ''), subject_provider_reference = nullif(u.subj, ''),
+    provider_idempotency_key = nullif(u.pik, ''), started_at = u.started, window_start = u.win, updated_at = now()
+FROM unnest($1::uuid[], $2::jsonb[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+        $10::text[], $11::timestamptz[], $12::timestamptz[])
+    AS u(id, request, hash, fp, cr, ps, corr, pay, subj, pik, started, win)
+WHERE a.id = u.id;

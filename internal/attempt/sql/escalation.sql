@@ -1,0 +1,19 @@
+-- escalation: one row per (attempt, reason), inserted insert-first with its outbox row
+-- (DESIGN.md "Escalations"). States are parameters from attempt.EscalationStates().
+
+-- name: escalation_insert
+INSERT INTO escalation (escalation_id, attempt_id, tenant_id, reason, state) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (attempt_id, reason) DO NOTHING;
+
+-- name: escalation_state
+SELECT state FROM escalation WHERE attempt_id = $1 AND reason = $2;
+
+-- name: escalation_states_of_attempt
+SELECT reason, state FROM escalation WHERE attempt_id = $1;
+
+-- name: escalation_close
+-- $2 closed, $3 closed_by, $4 actor, $5 open, $6 the reasons (NULL: every reason), $7 one
+-- escalation id ('' every one).
+UPDATE escalation SET state = $2, closed_at = now(), closed_by = $3, actor = nullif($4, '')
+WHERE attempt_id = $1 AND state = $5 AND ($6::text[] IS NULL OR reason = ANY($6)) AND ($7 = '' OR escalation_id::text = $7)
+RETURNING escalation_id::text, reason;

@@ -1,0 +1,20 @@
+-- pending_decision: manual decisions kept for an attempt that did not exist yet or was
+-- IN_PROGRESS, applied by the transaction that next makes it UNKNOWN or terminal.
+
+-- name: pending_decision_insert
+INSERT INTO pending_decision (tenant_id, idempotency_key, event_id, decision) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING;
+
+-- name: pending_decision_of_attempt
+SELECT event_id, decision FROM pending_decision
+WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL AND failed_at IS NULL ORDER BY seq FOR UPDATE;
+
+-- name: pending_decision_mark_failed
+UPDATE pending_decision SET failed_at = now(), failure_reason = $4 WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3;
+
+-- name: pending_decision_mark_applied
+UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3;
+
+-- name: pending_decision_keys_waiting
+-- $1 tenants, $2 keys: which of them have a decision waiting.
+SELECT DISTINCT tenant_id, idempotency_key FROM pending_decision
+WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]));

@@ -1,0 +1,16 @@
+package reconcile
+
+import (
+	"testing"
+
+	"github.com/bookrecon/bookrecon/internal/pgtest"
+)
+
+// TestStatementsPrepare prepares every statement of sql/*.sql against the migrated schema.
+func TestStatementsPrepare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	t.Parallel()
+	pgtest.PrepareStatements(t, statements)
+}
