@@ -15,14 +15,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -30,6 +33,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
@@ -52,8 +56,13 @@ type Options struct {
 	// Addresses; ":0" picks a free port. Defaults: simulator 127.0.0.1:18080, ingester 9101,
 	// reconciler 9102, escalator 9103.
 	SimAddr, IngesterAddr, ReconcilerAddr, EscalatorAddr string
-	// QueryAddr serves the query API (default 127.0.0.1:8080).
-	QueryAddr string
+	// QueryAddr serves the query API (default 127.0.0.1:8080), QueryAdminAddr its /metrics
+	// (default 127.0.0.1:9104).
+	QueryAddr, QueryAdminAddr string
+	// TokenDir is where the demo writes the query API's tokens file (tokens.yaml) and the one
+	// token it issues, for tenant t_globetrek with attempts:read (token, mode 0600, for curl);
+	// the token is never printed. Default: a temporary folder removed after the run.
+	TokenDir string
 	// AssertAfter is when, after the first record, the end state is read (default 125s; the
 	// samples README allows 120–180s).
 	AssertAfter time.Duration
@@ -71,6 +80,7 @@ func (o *Options) defaults() {
 	o.ReconcilerAddr = cmp.Or(o.ReconcilerAddr, "127.0.0.1:9102")
 	o.EscalatorAddr = cmp.Or(o.EscalatorAddr, "127.0.0.1:9103")
 	o.QueryAddr = cmp.Or(o.QueryAddr, "127.0.0.1:8080")
+	o.QueryAdminAddr = cmp.Or(o.QueryAdminAddr, "127.0.0.1:9104")
 	o.AssertAfter = cmp.Or(o.AssertAfter, 125*time.Second)
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -85,6 +95,8 @@ type Result struct {
 	Report   Report
 	Observed *Observed
 	Metrics  map[string]string // service → metrics URL
+	// QueryURL is the query API's base URL; TokenFile holds its token (Options.TokenDir).
+	QueryURL, TokenFile string
 }
 
 // Run runs the demo and returns its report; err is for failures to run, not for ✗ lines.
@@ -134,10 +146,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	res := &Result{Metrics: map[string]string{}}
+	qLog, qReg := o.Logger.With("service", "query-api"), telemetry.NewRegistry()
+	tokens, tokenFile, cleanup, err := issueToken(o, qLog, qReg)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	res.TokenFile = tokenFile
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	addrs := make(chan [2]string, 4)
+	addrs := make(chan [2]string, 5)
 	started := func(svc string) func(string) {
 		return func(a string) { addrs <- [2]string{svc, "http://" + a + "/metrics"} }
 	}
@@ -177,14 +196,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	})
 	run("query-api", func() error {
 		// As cmd/query-api: a pool of its own, no migration.
-		return query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: o.DatabaseURL, Pooler: o.Pooler, MaxDBConns: 4},
-			Addr: o.QueryAddr, Providers: pmap},
-			query.Deps{Logger: o.Logger.With("service", "query-api"), AdminStarted: func(a string) { addrs <- [2]string{"query-api", "http://" + a} }})
+		return query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: o.DatabaseURL, Pooler: o.Pooler, MaxDBConns: 4,
+			AdminAddr: o.QueryAdminAddr}, Addr: o.QueryAddr, Started: func(a string) { addrs <- [2]string{"", "http://" + a} },
+			Providers: pmap, Tokens: tokens},
+			query.Deps{Logger: qLog, Registry: qReg, AdminStarted: started("query-api")})
 	})
-	for range 4 {
+	for range 5 {
 		select {
 		case a := <-addrs:
-			res.Metrics[a[0]] = a[1]
+			if a[0] == "" {
+				res.QueryURL = a[1]
+			} else {
+				res.Metrics[a[0]] = a[1]
+			}
 		case <-ctx.Done():
 			return nil, errors.New("demo: a service failed to start (see the log)")
 		case <-time.After(60 * time.Second):
@@ -192,10 +216,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	fmt.Fprintf(o.Out, "provider simulator  %s\n", simURL)
-	for _, s := range []string{"ingester", "reconciler", "escalator"} {
+	for _, s := range []string{"ingester", "reconciler", "escalator", "query-api"} {
 		fmt.Fprintf(o.Out, "%-19s %s\n", s+" metrics", res.Metrics[s])
 	}
-	fmt.Fprintf(o.Out, "%-19s %s/v1/tenants/t_globetrek/intents/bi_sc03  (…/operations/BOOK/retry-gate)\n", "query API", res.Metrics["query-api"])
+	fmt.Fprintf(o.Out, "%-19s curl -H \"Authorization: Bearer $(cat %s)\" %s/v1/tenants/t_globetrek/intents/bi_sc03  (…/operations/BOOK/retry-gate)\n",
+		"query API", tokenFile, res.QueryURL)
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(o.Brokers...))
 	if err != nil {
@@ -281,6 +306,37 @@ func publishDecisions(ctx context.Context, o Options, prod *kgo.Client, lines []
 		})
 	}
 	return publish.Run(ctx, prod, lines, publish.Options{Topic: o.Topics.Decisions, Shift: shift, Paced: true})
+}
+
+// issueToken writes the query API's tokens file in o.TokenDir (a temporary folder when unset,
+// removed by cleanup) with one new token for tenant t_globetrek, attempts:read, principal demo,
+// and the token beside it in a file of mode 0600; it returns the opened tokens and the token's
+// file.
+func issueToken(o Options, log *slog.Logger, reg prometheus.Registerer) (tokens *auth.Tokens, tokenFile string, cleanup func(), err error) {
+	dir, cleanup := o.TokenDir, func() {}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "bookrecon-demo-auth-"); err != nil {
+			return nil, "", nil, err
+		}
+		cleanup = func() { _ = os.RemoveAll(dir) }
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", nil, err
+	}
+	tok, hash := auth.NewToken()
+	tokenFile = filepath.Join(dir, "token")
+	f := auth.File{Tokens: []auth.Entry{{SHA256: hash, Tenant: "t_globetrek", Principal: "demo",
+		Scopes: []auth.Scope{auth.ScopeAttemptsRead}, Created: time.Now().UTC().Truncate(time.Second)}}}
+	if err = auth.WriteFile(filepath.Join(dir, "tokens.yaml"), f); err == nil {
+		err = os.WriteFile(tokenFile, []byte(tok+"\n"), 0o600)
+	}
+	if err == nil {
+		tokens, err = auth.Open(filepath.Join(dir, "tokens.yaml"), log, reg)
+	}
+	if err != nil {
+		cleanup()
+		return nil, "", nil, fmt.Errorf("demo: the query API's token: %w", err)
+	}
+	return tokens, tokenFile, cleanup, nil
 }
 
 func serve(ctx context.Context, addr string, h http.Handler) (string, error) {

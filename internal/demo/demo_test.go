@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/demo"
 	"github.com/bookrecon/bookrecon/internal/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/logtest"
@@ -34,12 +37,13 @@ func TestSampleEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
+	tokenDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := demo.Run(ctx, demo.Options{
 		Brokers: kafkatest.Brokers(), DatabaseURL: h.DBURL, SamplesDir: dir, Topics: h.Topics, Group: h.Group,
-		SimAddr: "127.0.0.1:0", IngesterAddr: "127.0.0.1:0", ReconcilerAddr: "127.0.0.1:0", EscalatorAddr: "127.0.0.1:0", QueryAddr: "127.0.0.1:0",
-		Out: &out,
+		SimAddr: "127.0.0.1:0", IngesterAddr: "127.0.0.1:0", ReconcilerAddr: "127.0.0.1:0", EscalatorAddr: "127.0.0.1:0", QueryAddr: "127.0.0.1:0", QueryAdminAddr: "127.0.0.1:0",
+		TokenDir: tokenDir, Out: &out,
 	})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
@@ -50,6 +54,20 @@ func TestSampleEndToEnd(t *testing.T) {
 	}
 	if n := len(res.Report.Lines); n != 25 {
 		t.Errorf("report has %d lines, want 23 scenarios + dead letters + counts", n)
+	}
+
+	// The query API's token: in its file only (mode 0600), its hash in the tokens file, named
+	// by the curl line and never printed.
+	tok, err := os.ReadFile(filepath.Join(tokenDir, "token"))
+	st, serr := os.Stat(filepath.Join(tokenDir, "token"))
+	f, ferr := auth.ReadFile(filepath.Join(tokenDir, "tokens.yaml"))
+	token := strings.TrimSpace(string(tok))
+	if err != nil || serr != nil || ferr != nil || st.Mode().Perm() != 0o600 || len(f.Tokens) != 1 || f.Tokens[0].SHA256 != auth.Hash(token) ||
+		f.Tokens[0].Tenant != "t_globetrek" || res.TokenFile != filepath.Join(tokenDir, "token") {
+		t.Errorf("token file %v %v, tokens file %+v %v, result %s", err, serr, f, ferr, res.TokenFile)
+	}
+	if strings.Contains(out.String(), token) || !strings.Contains(out.String(), `curl -H "Authorization: Bearer $(cat `+res.TokenFile+`)" `+res.QueryURL+"/v1/tenants/t_globetrek/intents/bi_sc03") {
+		t.Errorf("the demo's output shows the token, or no curl line:\n%s", out.String())
 	}
 
 	// What booking services see through the query API on the end state.
@@ -100,7 +118,7 @@ func TestSampleBehindPgBouncer(t *testing.T) {
 	res, err := demo.Run(ctx, demo.Options{
 		Brokers: kafkatest.Brokers(), DatabaseURL: bouncer, MigrateDatabaseURL: direct, Pooler: postgres.PoolerTransaction,
 		SamplesDir: dir, Topics: h.Topics, Group: h.Group,
-		SimAddr: "127.0.0.1:0", IngesterAddr: "127.0.0.1:0", ReconcilerAddr: "127.0.0.1:0", EscalatorAddr: "127.0.0.1:0", QueryAddr: "127.0.0.1:0",
+		SimAddr: "127.0.0.1:0", IngesterAddr: "127.0.0.1:0", ReconcilerAddr: "127.0.0.1:0", EscalatorAddr: "127.0.0.1:0", QueryAddr: "127.0.0.1:0", QueryAdminAddr: "127.0.0.1:0",
 		Out: &out, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -22,7 +22,7 @@ func Preflight(ctx context.Context, o Options, adminURL string) error {
 	var errs []error
 	for _, a := range []struct{ what, addr string }{
 		{"provider simulator", o.SimAddr}, {"ingester admin", o.IngesterAddr}, {"reconciler admin", o.ReconcilerAddr},
-		{"escalator admin", o.EscalatorAddr}, {"query API", o.QueryAddr},
+		{"escalator admin", o.EscalatorAddr}, {"query API", o.QueryAddr}, {"query API admin", o.QueryAdminAddr},
 	} {
 		ln, err := net.Listen("tcp", a.addr)
 		if err != nil {

@@ -121,6 +121,7 @@ func TestComposeServices(t *testing.T) {
 	oneShot := map[string][]string{
 		"migrate":  {"migrate"},
 		"topics":   {"topics"},
+		"tokens":   {"tokens", "init"},
 		"producer": {"publish", "--paced", "/samples/attempts.jsonl"},
 		"decisions-producer": {"publish", "--paced", "--topic", "booking.manual-decisions.v1", "--epoch-from",
 			"/samples/attempts.jsonl", "/samples/manual-decisions.jsonl"},

@@ -22,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/auth"
+	"github.com/bookrecon/bookrecon/internal/auth/authtest"
 	"github.com/bookrecon/bookrecon/internal/escalate"
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/kafka"
@@ -115,8 +117,15 @@ func startStack(t *testing.T) *stack {
 			Store: attempt.Config{Policies: attempt.PoliciesFrom(h.Providers), ResolutionsTopic: h.Topics.Resolutions, EscalationsTopic: h.Topics.Escalations}},
 			escalate.Deps{Logger: escLog, Registry: s.regs["escalator"]})
 	})
+	tokensPath, toks := authtest.File(t, authtest.Reader("t_globetrek", "deploytest"))
+	tokens, err := auth.Open(tokensPath, qLog, s.regs["query-api"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiAddr := make(chan string, 1)
 	run("query-api", func() error {
-		return query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: h.DBURL}, Addr: "127.0.0.1:0", Providers: h.Providers},
+		return query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0"}, Addr: "127.0.0.1:0",
+			Started: func(a string) { apiAddr <- "http://" + a }, Providers: h.Providers, Tokens: tokens},
 			query.Deps{Logger: qLog, Registry: s.regs["query-api"], AdminStarted: report("query-api")})
 	})
 	for range 2 {
@@ -127,13 +136,15 @@ func startStack(t *testing.T) *stack {
 			t.Fatal("the ingester or the query API did not start within 60s")
 		}
 	}
+	api := <-apiAddr
 
 	if err := publish.Run(ctx, h.Producer, lines, publish.Options{Topic: h.Topics.Attempts, Shift: shift}); err != nil {
 		t.Fatal(err)
 	}
-	api := strings.TrimSuffix(s.urls["query-api"], "/metrics")
 	for _, path := range []string{"/v1/tenants/t_globetrek/intents/bi_sc01", "/v1/tenants/t_globetrek/intents/bi_sc01/operations/BOOK/retry-gate"} {
-		resp, err := http.Get(api + path)
+		req, _ := http.NewRequest(http.MethodGet, api+path, nil)
+		req.Header.Set("Authorization", "Bearer "+toks[0])
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

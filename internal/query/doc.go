@@ -8,6 +8,11 @@
 //	GET /v1/tenants/{tenant}/intents/{intent}/operations/{operation}/retry-gate[?subject=S]
 //	    → {"allowed","reason","latestVersion","latestStatus"}
 //
+// Every route first authorizes the request (internal/auth: a bearer token with attempts:read for
+// the path's tenant; 401 unauthenticated, 403 forbidden), before it validates anything; every
+// error is an RFC 9457 problem (internal/problem; docs/api.md). Run serves /metrics, /livez and
+// /readyz on the admin address, never on the API's.
+//
 // The status is the traveller-facing state of the intent's highest BOOK version: confirmed,
 // failed, or being_verified for IN_PROGRESS and UNKNOWN (the word "unknown" never reaches a
 // traveller). canBuyAgain is the retry gate's answer for BOOK.
