@@ -28,7 +28,8 @@ import (
 // recorded by a repeated outcome_unknown, … — is written by the per-event path (ApplyEvent),
 // and so is every later event of its intent in the batch: Apply first flushes what the batch
 // buffered for that intent, so the per-event path reads what the bulk path decided. The rules
-// and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Storage rules").
+// and effects are those of ApplyEvent (docs/design.md#attempt-states,
+// docs/design.md#storage-rules).
 type Bulk struct {
 	t        *Tx
 	codes    []string

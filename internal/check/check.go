@@ -1,8 +1,8 @@
 // Package check verifies a run's invariants from the database and the output topics (the
-// promise of DESIGN.md): every unique event applied exactly once and none lost; every terminal
-// attempt agrees with the provider truth; no FAILED for a booking that exists; exactly one
-// attempt.resolved per terminal attempt; exactly one escalation per (attempt, reason); no
-// attempt UNKNOWN past its deadline without an open escalation.
+// promises of docs/design.md#promises): every unique event applied exactly once and none lost;
+// every terminal attempt agrees with the provider truth; no FAILED for a booking that exists;
+// exactly one attempt.resolved per terminal attempt; exactly one escalation per (attempt, reason);
+// no attempt UNKNOWN past its deadline without an open escalation.
 package check
 
 import (

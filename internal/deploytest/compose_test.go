@@ -107,7 +107,7 @@ func binaryKeys(t *testing.T, bin string) (keys, required map[string]bool) {
 	return keys, required
 }
 
-// TestComposeServices: every service DESIGN.md "Shape" names is in docker-compose.yml, with
+// TestComposeServices: every service docs/design.md#shape names is in docker-compose.yml, with
 // pinned images, healthchecks on every long-running service, and depends_on conditions that
 // the dependencies can meet.
 func TestComposeServices(t *testing.T) {

@@ -29,7 +29,7 @@ import (
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// TestRetryGate asks the gate about every case of DESIGN.md "Safe retry gate and blind retries",
+// TestRetryGate asks the gate about every case of docs/design.md#safe-retry-gate,
 // each on its own intent seeded through the pipeline's own state machine, and compares the
 // exact JSON answer.
 func TestRetryGate(t *testing.T) {

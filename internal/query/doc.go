@@ -1,7 +1,7 @@
 // Package query is bookrecon's read side: the answers booking services and ops people ask of
 // PostgreSQL, never a write.
 //
-// For booking services it serves a read-only HTTP API (API, Run; DESIGN.md "Query API"):
+// For booking services it serves a read-only HTTP API (API, Run; docs/design.md#query-api):
 //
 //	GET /v1/tenants/{tenant}/intents/{intent}
 //	    → {"tenantId","bookingIntentId","status","canBuyAgain","latestVersion"}
@@ -17,7 +17,7 @@
 // failed, or being_verified for IN_PROGRESS and UNKNOWN (the word "unknown" never reaches a
 // traveller). canBuyAgain is the retry gate's answer for BOOK.
 //
-// The retry gate (Gate, Judge) answers DESIGN.md "Safe retry gate and blind retries" for the next
+// The retry gate (Gate, Judge) answers docs/design.md#safe-retry-gate for the next
 // version of (intent, operation, subject): version latest+1 is judged with attempt.SafeRetry
 // against every stored version, with its start = now and maxVersions from the capability map
 // entry of the latest version's provider. It is the same rule the pipeline applies when that
