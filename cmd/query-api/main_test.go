@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bookrecon/bookrecon/internal/auth/authtest"
-	"github.com/bookrecon/bookrecon/internal/logtest"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/logtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )

@@ -20,7 +20,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/auth/authtest"
-	"github.com/bookrecon/bookrecon/internal/logtest"
+	"github.com/bookrecon/bookrecon/internal/harness/logtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/bookrecon/bookrecon/internal/auth/authtest"
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
-	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 )
 
 // TestSIGTERMLogsOneStoppedLine: every service binary, running on the real broker and its own

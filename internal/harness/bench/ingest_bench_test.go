@@ -19,12 +19,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/ingest"
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/loadgen"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
-	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/processedevent"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -36,7 +36,7 @@ func ingestEnvInt(name string, def int) int {
 	return def
 }
 
-// Workloads of the ingest benchmarks (internal/loadgen), both keyed by intent and with 5%
+// Workloads of the ingest benchmarks (internal/harness/loadgen), both keyed by intent and with 5%
 // producer redeliveries: the happy mix (start, then success 90% / failure 10%), which the
 // set-based path takes whole, and the realistic mix, loadgen.DefaultMix (UNKNOWN, not-sent,
 // out-of-order pairs, key conflicts, blind retries), the mix of the load run.

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 )
 
 // TestCopyMatchesShared: the repository's samples/ is byte for byte the normative

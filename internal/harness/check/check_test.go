@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/check"
-	"github.com/bookrecon/bookrecon/internal/demo"
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/loadgen"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/check"
+	"github.com/bookrecon/bookrecon/internal/harness/demo"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/processedevent"
 	"github.com/bookrecon/bookrecon/providers"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/events"
-	"github.com/bookrecon/bookrecon/internal/demo"
-	"github.com/bookrecon/bookrecon/internal/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/demo"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
 	"github.com/bookrecon/bookrecon/providers"
 )
 

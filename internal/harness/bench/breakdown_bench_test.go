@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/bookrecon/bookrecon/internal/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
 )
 
 // BenchmarkIngestBreakdown is where the time and the WAL of the ingester's PostgreSQL work go,

@@ -2,7 +2,7 @@
 // configurable mix of straight successes, definitive failures, every timeout class, producer
 // redeliveries, key conflicts, blind retries and out-of-order pairs. It also writes the matching
 // provider truth for the simulator and the expected end state of every attempt, so a run far
-// larger than the sample can be checked (see internal/check).
+// larger than the sample can be checked (see internal/harness/check).
 package loadgen
 
 import (
