@@ -334,15 +334,10 @@ func (rt *route) serveTx(ctx context.Context, r *http.Request, id keyID, fp Fing
 			ExpiresAt: now.Add(cfg.TTL)}, cfg.LockTimeout)
 		if !claimed || err != nil {
 			rollback(ctx, tx)
-			switch {
-			case errors.Is(err, errLockTimeout):
-				return rt.inProgress()
-			case err != nil:
-				return rt.unavailable(err, "claim")
-			case existing == nil:
-				continue
+			if answer := rt.unclaimed(err, existing, fp, now); answer != nil {
+				return answer
 			}
-			return rt.decide(existing, fp, now)
+			continue // the record was replaced meanwhile (its TTL passed): claim again
 		}
 		rec := rt.run(func(rec *recorder, r *http.Request) { rt.tx(rec, r, tx) }, r)
 		if !rec.storable() {
@@ -363,6 +358,21 @@ func (rt *route) serveTx(ctx context.Context, r *http.Request, id keyID, fp Fing
 	return rt.inProgress()
 }
 
+// unclaimed answers a claim that did not take the key: 409 request_in_progress when the first
+// request held its row past lock_timeout, 503 when the claim failed, else the existing record's
+// answer (decide); nil when there was no record left to answer with, so the caller claims again.
+func (rt *route) unclaimed(err error, existing *record, fp Fingerprint, now time.Time) reply {
+	switch {
+	case errors.Is(err, errLockTimeout):
+		return rt.inProgress()
+	case err != nil:
+		return rt.unavailable(err, "claim")
+	case existing == nil:
+		return nil
+	}
+	return rt.decide(existing, fp, now)
+}
+
 // serveTwoPhase is the two-phase mode.
 func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, fp Fingerprint) reply {
 	cfg := &rt.g.cfg
@@ -377,15 +387,10 @@ func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, f
 			Token: &token, Lease: &lease, Now: now, ExpiresAt: now.Add(cfg.TTL)}, cfg.LockTimeout)
 		if !claimed || err != nil {
 			rollback(ctx, tx)
-			switch {
-			case errors.Is(err, errLockTimeout):
-				return rt.inProgress()
-			case err != nil:
-				return rt.unavailable(err, "claim")
-			case existing == nil:
-				continue
+			if answer := rt.unclaimed(err, existing, fp, now); answer != nil {
+				return answer
 			}
-			return rt.decide(existing, fp, now)
+			continue // the record was replaced meanwhile (its TTL passed): claim again
 		}
 		if err := tx.Commit(ctx); err != nil {
 			// The claim may have committed: a retry then waits out the lease (409) and is told
