@@ -43,7 +43,7 @@ test: up tools lint ## all tests (race detector, shuffled) and a short fuzz run,
 	$(MAKE) test-short
 
 test-faults: up tools ## fault tests (build tag faults): the load run on a three-node cluster whose nodes die (SIGKILL)
-	$(GO) test -tags faults -race -count=1 -timeout 30m -run '^TestLoadBrokerFailover$$' -v ./internal/check/
+	$(GO) test -tags faults -race -count=1 -timeout 30m -run '^TestLoadBrokerFailover$$' -v ./internal/harness/check/
 
 # test-short points PostgreSQL and Kafka at a closed port (127.0.0.1:1), so that a test that needs
 # the stack and does not skip under -short fails here instead of passing on a machine that has one.
@@ -61,4 +61,4 @@ demo: up build ## run the whole pipeline on samples/ (a copy of ../shared/sample
 	bin/bookrecon demo
 
 bench: up ## benchmarks on the real stack; prints events/s, WAL per event and the ratios (docs/performance.md)
-	$(GO) test -run='^$$' -bench='^(BenchmarkIngest|BenchmarkClaim)$$' -benchtime=1x -timeout 60m ./internal/bench/
+	$(GO) test -run='^$$' -bench='^(BenchmarkIngest|BenchmarkClaim)$$' -benchtime=1x -timeout 60m ./internal/harness/bench/

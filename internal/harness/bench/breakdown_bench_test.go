@@ -23,7 +23,7 @@ import (
 // every statement timed as the client sees it (sent to result read, by a pgx tracer) and
 // grouped by verb and table, and the run's WAL by relation and record type (walMeter).
 //
-//	go test -run='^$' -bench=IngestBreakdown -benchtime=1x ./internal/bench/
+//	go test -run='^$' -bench=IngestBreakdown -benchtime=1x ./internal/harness/bench/
 //
 // BOOKRECON_BENCH_EVENTS sets the records per mix (default 200,000), BOOKRECON_BENCH_MIX=happy
 // or =realistic runs one mix alone.

@@ -2,7 +2,7 @@ package bench
 
 // The reconciler's claim benchmark (docs/reconciler.md):
 //
-//	go test -run='^$' -bench=Claim -benchtime=1x ./internal/bench/
+//	go test -run='^$' -bench=Claim -benchtime=1x ./internal/harness/bench/
 //
 // Everything here is named claim*: the package is shared with other benchmarks.
 

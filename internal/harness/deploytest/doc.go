@@ -5,5 +5,5 @@
 // the real broker and a fresh database, and checks that every metric the rules and dashboards
 // name exists in their exposition, that the exposition passes client_golang's lint, that the
 // logs are one JSON stream, and that docs/metrics.md is the catalogue of what they export
-// (regenerate it with `go test ./internal/deploytest -run TestServicesExposition -update`).
+// (regenerate it with `go test ./internal/harness/deploytest -run TestServicesExposition -update`).
 package deploytest

@@ -133,7 +133,7 @@ func TestServicesExposition(t *testing.T) {
 			t.Log("docs/metrics.md rewritten")
 			return
 		}
-		t.Errorf("docs/metrics.md disagrees with what the services export; run\n\tgo test ./internal/deploytest -run TestServicesExposition -update\nand review the diff. Generated catalogue:\n%s", gen)
+		t.Errorf("docs/metrics.md disagrees with what the services export; run\n\tgo test ./internal/harness/deploytest -run TestServicesExposition -update\nand review the diff. Generated catalogue:\n%s", gen)
 	})
 
 	t.Run("logs", func(t *testing.T) {
@@ -299,7 +299,7 @@ func usedBy(t *testing.T, cat map[string]metricInfo) map[string][]string {
 }
 
 const (
-	beginMarker = "<!-- BEGIN GENERATED CATALOGUE: go test ./internal/deploytest -run TestServicesExposition -update -->"
+	beginMarker = "<!-- BEGIN GENERATED CATALOGUE: go test ./internal/harness/deploytest -run TestServicesExposition -update -->"
 	endMarker   = "<!-- END GENERATED CATALOGUE -->"
 )
 
