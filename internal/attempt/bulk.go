@@ -21,14 +21,17 @@ import (
 // batch order to the attempts in memory, and flushes what it buffered with a handful of
 // set-based statements (Flush) instead of a dozen statements per event. It buffers the steps
 // whose effects it can write set-based: creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN →
-// terminal without an open outcome escalation, late starts, repeats, key conflicts,
-// contradictions and stale reports, of a version-1 attempt alone in its (intent, operation,
-// subject), without a kept decision or an escalation other than no_lookup_capability, opening
-// only escalations that cannot exist yet. Any other step — a retry (version ≥ 2), a reference
-// recorded by a repeated outcome_unknown, … — is written by the per-event path (ApplyEvent),
-// and so is every later event of its intent in the batch: Apply first flushes what the batch
-// buffered for that intent, so the per-event path reads what the bulk path decided. The rules
-// and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Storage rules").
+// terminal, late starts, repeats, key conflicts, contradictions and stale reports, of any
+// version, with the safe retry gate judged on the versions in memory (GateJudgements: gate_judged,
+// and for a blind retry its anomaly and blind_retry escalation), on attempts without a kept
+// decision, opening only escalations that cannot exist yet and closing none. Any other step — a
+// resolution that closes an open outcome escalation, a duplicate booking, an escalation that may
+// exist already (another reason on an attempt already escalated), a reference recorded by a
+// repeated outcome_unknown, … — is written by the per-event path (ApplyEvent), and so is every
+// later event of its intent in the batch: Apply first flushes what the batch buffered for that
+// intent, so the per-event path reads what the bulk path decided. The rules and effects are
+// those of ApplyEvent (DESIGN.md "Attempt states", "Safe retry gate and blind retries",
+// "Storage rules").
 type Bulk struct {
 	t        *Tx
 	codes    []string
@@ -41,6 +44,7 @@ type Bulk struct {
 	inserted map[uuid.UUID]bool // the ids of inserts
 	updates  map[uuid.UUID]*Row // existing attempts whose state changed
 	fills    map[uuid.UUID]*Row // existing attempts a late start filled in
+	marks    map[uuid.UUID]*Row // existing attempts the gate judged (gate_judged, blind_retry)
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []*Row
@@ -98,7 +102,7 @@ func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) e
 func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes []string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
 		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, buffered: map[[2]string]bool{},
-		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, opened: map[[2]string]bool{}}
+		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{}, opened: map[[2]string]bool{}}
 	seen := map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
 	for _, ev := range evs {
@@ -149,18 +153,10 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 // try applies ev in memory when the bulk path can write its step, and reports whether it did.
 func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	key := [2]string{ev.TenantID, ev.IdempotencyKey}
-	if ev.OperationVersion != 1 || b.pending[key] {
+	if b.pending[key] {
 		return false
 	}
 	cur := b.byKey[key]
-	for _, s := range b.group[groupKey(ev.TenantID, ev.BookingIntentID, ev.Operation, ev.KeySubject)] {
-		if s != cur {
-			return false // another version: the gate and duplicate bookings need the full path
-		}
-	}
-	if cur != nil && cur.Escalated {
-		return false
-	}
 	if ev.EventType == events.EventStarted && d.RequestHash == "" {
 		return false
 	}
@@ -178,7 +174,28 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 			return false
 		}
 	}
+	if st.Resolve != nil && cur != nil && cur.OutcomeOpen {
+		return false // the resolution closes an outcome escalation: per event
+	}
 	a := st.Next
+	// The gate's judgements and duplicate bookings, on the versions as the write leaves them.
+	var judged []GateJudgement
+	if st.Gate || st.Duplicates {
+		sibs := b.siblingsAfter(cur, a)
+		if st.Duplicates && len(DuplicateBookings(a, sibs)) > 0 {
+			return false // duplicate_booking may exist already on the other versions: per event
+		}
+		if st.Gate {
+			judged = GateJudgements(a, sibs, st.JudgeSelf, b.t.maxVersions)
+		}
+	}
+	for _, j := range judged {
+		// A blind_retry escalation exists only on an attempt marked blind_retry, which
+		// GateJudgements never judges again: every one the gate raises here is new.
+		if !j.Safe && b.opened[[2]string{keyOf(j.Row), string(ReasonBlindRetry)}] {
+			return false
+		}
+	}
 	known := ""
 	if cur != nil {
 		known = cur.ProviderReference // claimed when it was stored
@@ -248,7 +265,47 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		a.Escalated = a.Escalated || o.Reason != ReasonNoLookupCapability
 		a.OutcomeOpen = a.OutcomeOpen || o.Reason.Outcome()
 	}
+	for _, j := range judged {
+		// JudgeGate's effects: gate_judged, and for a blind retry its anomaly, the blind_retry
+		// escalation and the attempt marked blind_retry.
+		r := j.Row
+		if r == st.Next {
+			r = a // the row the batch keeps
+		}
+		r.GateJudged = true
+		if !j.Safe {
+			d, _ := json.Marshal(map[string]any{"gate": j.Reason})
+			b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, string(ReasonBlindRetry), nz(""), d})
+			escID := escalationID(r, ReasonBlindRetry)
+			m, err := b.t.openedMessage(r, escID, ReasonBlindRetry, string(j.Reason))
+			if err != nil {
+				return false
+			}
+			b.escalations = append(b.escalations, []any{uuid.MustParse(escID), r.ID, r.TenantID, string(ReasonBlindRetry), string(EscalationOpen)})
+			b.messages = append(b.messages, m)
+			b.opened[[2]string{keyOf(r), string(ReasonBlindRetry)}] = true
+			b.t.EscalationsOpened[ReasonBlindRetry]++
+			b.t.BlindRetries++
+			r.BlindRetry, r.Escalated = true, true
+		}
+		if !b.inserted[r.ID] {
+			b.marks[r.ID] = r
+		}
+	}
 	return true
+}
+
+// siblingsAfter returns the versions of next's (intent, operation, subject) as the batch
+// leaves them once next replaces cur (nil: next is created).
+func (b *Bulk) siblingsAfter(cur, next *Row) []*Row {
+	g := b.group[groupKey(next.TenantID, next.BookingIntentID, next.Operation, next.Subject)]
+	out := make([]*Row, 0, len(g)+1)
+	for _, s := range g {
+		if s != cur {
+			out = append(out, s)
+		}
+	}
+	return append(out, next)
 }
 
 // keyOf names an attempt in Bulk.opened ("" for none).
@@ -273,14 +330,14 @@ func (b *Bulk) Flush(ctx context.Context) error {
 				a.IdempotencyKey, a.Provider, string(a.Status), nz(string(a.Source)), requestJSON(a.request), nz(a.RequestHash), nz(a.Fingerprint),
 				nz(rc.ClientReference), nz(rc.ProviderSessionID), nz(rc.CorrelationID), nz(rc.PaymentReference), nz(rc.ProviderReference),
 				nz(rc.ProviderIdempotencyKey), nz(a.ProviderReference), nz(a.FailureCode), retryableOf(a), a.StartedAt, a.FirstEventAt,
-				a.WindowStart, a.FailedFactAt, a.TerminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, a.UnknownSince, a.NextCheckAt})
+				a.WindowStart, a.FailedFactAt, a.TerminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, a.UnknownSince, a.NextCheckAt, a.GateJudged, a.BlindRetry})
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"booking_attempt"}, []string{"id", "tenant_id", "booking_intent_id", "operation",
 			"subject", "operation_version", "idempotency_key", "provider", "status", "resolution_source", "request", "request_hash",
 			"fingerprint", "client_reference", "provider_session_id", "correlation_id", "payment_reference", "subject_provider_reference",
 			"provider_idempotency_key", "provider_reference", "failure_code", "retryable", "started_at", "first_event_at",
 			"window_start", "failed_fact_at", "terminal_at", "created_at", "updated_at", "timeout_class", "request_sent",
-			"unknown_since", "next_check_at"}, pgx.CopyFromRows(rows))
+			"unknown_since", "next_check_at", "gate_judged", "blind_retry"}, pgx.CopyFromRows(rows))
 		if err != nil {
 			return fmt.Errorf("attempt: bulk insert %d attempts: %w", n, err)
 		}
@@ -317,6 +374,16 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		}
 		if _, err := tx.Exec(ctx, q("booking_attempt_fill_many"), ids, reqs, hash, fp, cr, ps, corr, pay, subj, pik, started, window); err != nil {
 			return fmt.Errorf("attempt: bulk fill %d attempts: %w", n, err)
+		}
+	}
+	if n := len(b.marks); n > 0 {
+		ids := make([]uuid.UUID, 0, n)
+		var blind []bool
+		for _, a := range b.marks {
+			ids, blind = append(ids, a.ID), append(blind, a.BlindRetry)
+		}
+		if _, err := tx.Exec(ctx, q("booking_attempt_mark_gate_many"), ids, blind); err != nil {
+			return fmt.Errorf("attempt: bulk gate marks %d attempts: %w", n, err)
 		}
 	}
 	if n := len(b.audits); n > 0 {
@@ -390,6 +457,7 @@ func (b *Bulk) reset() {
 	clear(b.inserted)
 	clear(b.updates)
 	clear(b.fills)
+	clear(b.marks)
 	clear(b.buffered)
 }
 
