@@ -16,22 +16,23 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 )
 
-// Bulk is the batch write path: it locks a batch's intents and loads their attempts and kept
-// decisions set-based (NewBulk), applies the transition function (OnEvent) event by event in
-// batch order to the attempts in memory, and flushes what it buffered with a handful of
-// set-based statements (Flush) instead of a dozen statements per event. It buffers the steps
-// whose effects it can write set-based: creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN →
-// terminal, late starts, repeats, key conflicts, contradictions and stale reports, of any
-// version, with the safe retry gate judged on the versions in memory (GateJudgements: gate_judged,
-// and for a blind retry its anomaly and blind_retry escalation), on attempts without a kept
-// decision, opening only escalations that cannot exist yet and closing none. Any other step — a
-// resolution that closes an open outcome escalation, a duplicate booking, an escalation that may
-// exist already (another reason on an attempt already escalated), a reference recorded by a
-// repeated outcome_unknown, … — is written by the per-event path (ApplyEvent), and so is every
-// later event of its intent in the batch: Apply first flushes what the batch buffered for that
-// intent, so the per-event path reads what the bulk path decided. The rules and effects are
-// those of ApplyEvent (DESIGN.md "Attempt states", "Safe retry gate and blind retries",
-// "Storage rules").
+// Bulk is the batch write path: it locks a batch's intents and loads their attempts, kept
+// decisions and the escalations of the attempts already escalated set-based (NewBulk), applies
+// the transition function (OnEvent) event by event in batch order to the attempts in memory,
+// and flushes what it buffered with a handful of set-based statements (Flush) instead of a
+// dozen statements per event. It buffers the steps whose effects it can write set-based:
+// creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN → terminal (closing at most one open
+// outcome escalation), late starts, repeats, key conflicts, contradictions and stale reports,
+// of any version, with the safe retry gate judged on the versions in memory (GateJudgements:
+// gate_judged, and for a blind retry its anomaly and blind_retry escalation), on attempts
+// without a kept decision; an escalation asked for again is EscalationOnOpen's as the loaded
+// states say. Any other step — a duplicate booking, two outcome escalations to close (their
+// order is the database's), a no_lookup_capability that may have been closed before, a
+// reference recorded by a repeated outcome_unknown, … — is written by the per-event path
+// (ApplyEvent), and so is every later event of its intent in the batch: Apply first flushes
+// what the batch buffered for that intent, so the per-event path reads what the bulk path
+// decided. The rules and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Safe
+// retry gate and blind retries", "Escalations", "Storage rules").
 type Bulk struct {
 	t        *Tx
 	codes    []string
@@ -48,10 +49,15 @@ type Bulk struct {
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []*Row
-	// escalations and anomalies are rows for COPY; opened marks (attempt, reason) opened by the batch.
+	// escalations and anomalies are rows for COPY; closes are the escalation ids to close.
 	escalations, anomalies [][]any
-	opened                 map[[2]string]bool
-	now                    time.Time
+	closes                 []uuid.UUID
+	// stored: the escalations of the loaded attempts that have one open or one other than
+	// no_lookup_capability (Escalated or OutcomeOpen), by attempt and reason; changed: the
+	// (attempt id, reason) escalations the batch opened or closed.
+	stored  map[uuid.UUID]map[Reason]EscalationState
+	changed map[[2]string]EscalationState
+	now     time.Time
 }
 
 type bulkAudit struct {
@@ -65,8 +71,8 @@ func groupKey(tenant, intent string, op events.Operation, subject string) string
 	return tenant + "\x00" + intent + "\x00" + string(op) + "\x00" + subject
 }
 
-// NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts and kept
-// decisions in three statements. Intents in perEvent (e.g. those with a manual decision in the
+// NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts, kept
+// decisions and the escalations of the escalated ones in three or four statements. Intents in perEvent (e.g. those with a manual decision in the
 // same batch) always take the per-event path.
 func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
 	b, err := t.loadBulk(ctx, evs, transportCodes)
@@ -102,7 +108,8 @@ func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) e
 func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes []string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
 		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, buffered: map[[2]string]bool{},
-		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{}, opened: map[[2]string]bool{}}
+		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
+		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{}}
 	seen := map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
 	for _, ev := range evs {
@@ -128,10 +135,27 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read attempts: %w", err)
 	}
+	var escalated []uuid.UUID
 	for _, a := range all {
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
+		if a.Escalated || a.OutcomeOpen {
+			escalated = append(escalated, a.ID)
+			b.stored[a.ID] = map[Reason]EscalationState{}
+		}
+	}
+	if len(escalated) > 0 {
+		rows, err := t.tx.Query(ctx, q("escalation_states_of_attempts"), escalated)
+		if err != nil {
+			return nil, fmt.Errorf("attempt: read escalations: %w", err)
+		}
+		var id uuid.UUID
+		var r Reason
+		var st EscalationState
+		if _, err := pgx.ForEachRow(rows, []any{&id, &r, &st}, func() error { b.stored[id][r] = st; return nil }); err != nil {
+			return nil, fmt.Errorf("attempt: read escalations: %w", err)
+		}
 	}
 	rows, err := t.tx.Query(ctx, q("pending_decision_keys_waiting"), keyTenants, keys)
 	if err != nil {
@@ -165,17 +189,22 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	}
 	st := OnEvent(cur, ev, FactOf(ev, b.codes), d, Env{Now: b.now, FirstCheck: b.t.cfg.FirstCheck, Policy: b.t.cfg.Policies[ev.Provider]})
 	for _, o := range st.Open {
-		// Escalations the bulk path opens are ones that cannot exist yet: no_lookup_capability
-		// on an attempt just created or leaving IN_PROGRESS, another reason on an attempt with
-		// no escalation but no_lookup_capability (Escalated false). Any other goes per event.
-		fresh := o.Reason == ReasonNoLookupCapability && (cur == nil || cur.Status == StatusInProgress) ||
-			o.Reason != ReasonNoLookupCapability && (cur == nil || !cur.Escalated) && !b.opened[[2]string{keyOf(cur), string(o.Reason)}]
-		if !fresh {
+		if _, known := b.escalation(cur, o.Reason); !known {
 			return false
 		}
 	}
+	// The outcome escalations the resolution closes; more than one goes per event (the order of
+	// their escalation.closed rows is the database's).
+	var closing []Reason
 	if st.Resolve != nil && cur != nil && cur.OutcomeOpen {
-		return false // the resolution closes an outcome escalation: per event
+		for _, r := range OutcomeReasons {
+			if e, _ := b.escalation(cur, r); e == EscalationOpen {
+				closing = append(closing, r)
+			}
+		}
+		if len(closing) != 1 {
+			return false
+		}
 	}
 	a := st.Next
 	// The gate's judgements and duplicate bookings, on the versions as the write leaves them.
@@ -192,7 +221,7 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	for _, j := range judged {
 		// A blind_retry escalation exists only on an attempt marked blind_retry, which
 		// GateJudgements never judges again: every one the gate raises here is new.
-		if !j.Safe && b.opened[[2]string{keyOf(j.Row), string(ReasonBlindRetry)}] {
+		if e, known := b.escalation(j.Row, ReasonBlindRetry); !j.Safe && (e != "" || !known) {
 			return false
 		}
 	}
@@ -208,8 +237,7 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 		b.t.Created[a.Status]++
-	case v.Action == ActionTransition && (cur.Status == StatusInProgress || cur.Status == StatusUnknown && a.Status.Terminal() && !cur.OutcomeOpen):
-		// From UNKNOWN without an open outcome escalation: the resolution closes none.
+	case v.Action == ActionTransition && (cur.Status == StatusInProgress || cur.Status == StatusUnknown && a.Status.Terminal()):
 		*cur = *a
 		a = cur
 		if !b.inserted[cur.ID] {
@@ -238,6 +266,18 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 			return false
 		}
 		b.messages = append(b.messages, m)
+		for _, r := range closing {
+			escID := escalationID(a, r)
+			m, err := b.t.closedMessage(a, escID, CauseEvent, "")
+			if err != nil {
+				return false
+			}
+			b.closes = append(b.closes, uuid.MustParse(escID))
+			b.messages = append(b.messages, m)
+			b.changed[[2]string{a.ID.String(), string(r)}] = EscalationClosed
+			b.t.EscalationsClosed[r]++
+		}
+		a.OutcomeOpen = a.OutcomeOpen && len(closing) == 0
 	}
 	if st.Claim && a.ProviderReference != "" && a.ProviderReference != known {
 		b.claims = append(b.claims, a)
@@ -253,6 +293,15 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, an.Kind, nz(an.EventID), d})
 	}
 	for _, o := range st.Open {
+		switch e, _ := b.escalation(cur, o.Reason); EscalationOnOpen(e) {
+		case OpeningNone:
+			continue
+		case OpeningRecurred:
+			d, _ := json.Marshal(map[string]any{"reason": o.Reason})
+			b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, "escalation_recurred", nz(""), d})
+			b.t.EscalationRecurred++
+			continue
+		}
 		escID := escalationID(a, o.Reason)
 		m, err := b.t.openedMessage(a, escID, o.Reason, o.Detail)
 		if err != nil {
@@ -260,7 +309,7 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		}
 		b.escalations = append(b.escalations, []any{uuid.MustParse(escID), a.ID, a.TenantID, string(o.Reason), string(EscalationOpen)})
 		b.messages = append(b.messages, m)
-		b.opened[[2]string{keyOf(a), string(o.Reason)}] = true
+		b.changed[[2]string{a.ID.String(), string(o.Reason)}] = EscalationOpen
 		b.t.EscalationsOpened[o.Reason]++
 		a.Escalated = a.Escalated || o.Reason != ReasonNoLookupCapability
 		a.OutcomeOpen = a.OutcomeOpen || o.Reason.Outcome()
@@ -283,7 +332,7 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 			}
 			b.escalations = append(b.escalations, []any{uuid.MustParse(escID), r.ID, r.TenantID, string(ReasonBlindRetry), string(EscalationOpen)})
 			b.messages = append(b.messages, m)
-			b.opened[[2]string{keyOf(r), string(ReasonBlindRetry)}] = true
+			b.changed[[2]string{r.ID.String(), string(ReasonBlindRetry)}] = EscalationOpen
 			b.t.EscalationsOpened[ReasonBlindRetry]++
 			b.t.BlindRetries++
 			r.BlindRetry, r.Escalated = true, true
@@ -308,12 +357,24 @@ func (b *Bulk) siblingsAfter(cur, next *Row) []*Row {
 	return append(out, next)
 }
 
-// keyOf names an attempt in Bulk.opened ("" for none).
-func keyOf(a *Row) string {
-	if a == nil {
-		return ""
+// escalation returns the state of cur's (cur, reason) escalation ("" none; cur nil: an attempt
+// the event creates) as the batch leaves it, and whether the bulk path knows it: it does for
+// the attempts created, the escalated ones (Bulk.stored), and for the others every reason but a
+// no_lookup_capability that may have been closed (known none only on an IN_PROGRESS attempt).
+func (b *Bulk) escalation(cur *Row, reason Reason) (EscalationState, bool) {
+	if cur == nil {
+		return "", true
 	}
-	return a.ID.String()
+	if e, ok := b.changed[[2]string{cur.ID.String(), string(reason)}]; ok {
+		return e, true
+	}
+	if m, ok := b.stored[cur.ID]; ok {
+		return m[reason], true
+	}
+	if b.inserted[cur.ID] {
+		return "", true
+	}
+	return "", reason != ReasonNoLookupCapability || cur.Status == StatusInProgress
 }
 
 // Flush writes everything buffered since the last Flush: attempts inserted and updated, audit
@@ -411,6 +472,11 @@ func (b *Bulk) Flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: bulk %s: %w", c.table, err)
 		}
 	}
+	if n := len(b.closes); n > 0 {
+		if _, err := tx.Exec(ctx, q("escalation_close_many"), b.closes, string(EscalationClosed), CauseEvent, string(EscalationOpen)); err != nil {
+			return fmt.Errorf("attempt: bulk close %d escalations: %w", n, err)
+		}
+	}
 	if err := outbox.InsertMany(ctx, tx, b.messages); err != nil {
 		return err
 	}
@@ -453,7 +519,7 @@ func (b *Bulk) Flush(ctx context.Context) error {
 
 // reset empties the buffers after a Flush; the attempts in memory stay, as stored.
 func (b *Bulk) reset() {
-	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies = nil, nil, nil, nil, nil, nil
+	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies, b.closes = nil, nil, nil, nil, nil, nil, nil
 	clear(b.inserted)
 	clear(b.updates)
 	clear(b.fills)

@@ -51,6 +51,8 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 		// An escalated attempt (key_conflict open) that settles, in the batch and in the next one.
 		"bi_conflict3": {{{"attempt.started", start}, {"attempt.started", other}, {"attempt.succeeded", ok}}},
 		"bi_conflict4": {{{"attempt.started", start}, {"attempt.started", other}}, {{"attempt.failed", failed}}},
+		// Another reason (contradiction) on an attempt escalated in an earlier batch.
+		"bi_conflict5": {{{"attempt.started", start}, {"attempt.started", other}, {"attempt.succeeded", ok}}, {{"attempt.failed", failed}}},
 		// Retries: safe (v1 FAILED), blind (v1 UNKNOWN: blind_retry on v2, which then settles
 		// escalated), a duplicate booking (v1 and v2 CONFIRMED), within a batch and across two.
 		"bi_retry":  {{{"attempt.started", start}, {"attempt.failed", failed}, {"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
