@@ -24,14 +24,14 @@ import (
 // creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN → terminal (closing at most one open
 // outcome escalation), late starts, repeats, key conflicts, contradictions and stale reports,
 // of any version, with the safe retry gate judged on the versions in memory (GateJudgements:
-// gate_judged, and for a blind retry its anomaly and blind_retry escalation), on attempts
-// without a kept decision; an escalation asked for again is EscalationOnOpen's as the loaded
-// states say. Any other step — a duplicate booking, two outcome escalations to close (their
-// order is the database's), a no_lookup_capability that may have been closed before, a
-// reference recorded by a repeated outcome_unknown, … — is written by the per-event path
-// (ApplyEvent), and so is every later event of its intent in the batch: Apply first flushes
-// what the batch buffered for that intent, so the per-event path reads what the bulk path
-// decided. The rules and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Safe
+// gate_judged, and for a blind retry its anomaly and blind_retry escalation) and duplicate
+// bookings found among them (DuplicateBookings), on attempts without a kept decision; an
+// escalation asked for again is EscalationOnOpen's as the loaded states say. Any other step —
+// two outcome escalations to close (their order is the database's), a no_lookup_capability
+// that may have been closed before, a reference recorded by a repeated outcome_unknown, … — is
+// written by the per-event path (ApplyEvent), and so is every later event of its intent in the
+// batch: Apply first flushes what the batch buffered for that intent, so the per-event path
+// reads what the bulk path decided. The rules and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Safe
 // retry gate and blind retries", "Escalations", "Storage rules").
 type Bulk struct {
 	t        *Tx
@@ -209,10 +209,18 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	a := st.Next
 	// The gate's judgements and duplicate bookings, on the versions as the write leaves them.
 	var judged []GateJudgement
+	var dups []*Row
 	if st.Gate || st.Duplicates {
 		sibs := b.siblingsAfter(cur, a)
-		if st.Duplicates && len(DuplicateBookings(a, sibs)) > 0 {
-			return false // duplicate_booking may exist already on the other versions: per event
+		if st.Duplicates {
+			if dups = DuplicateBookings(a, sibs); len(dups) > 0 {
+				dups = append([]*Row{cur}, dups...) // Next first, as CheckDuplicateBooking
+			}
+			for _, r := range dups {
+				if _, known := b.escalation(r, ReasonDuplicateBooking); !known {
+					return false
+				}
+			}
 		}
 		if st.Gate {
 			judged = GateJudgements(a, sibs, st.JudgeSelf, b.t.maxVersions)
@@ -292,27 +300,18 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		d, _ := json.Marshal(an.Detail)
 		b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, an.Kind, nz(an.EventID), d})
 	}
-	for _, o := range st.Open {
-		switch e, _ := b.escalation(cur, o.Reason); EscalationOnOpen(e) {
-		case OpeningNone:
-			continue
-		case OpeningRecurred:
-			d, _ := json.Marshal(map[string]any{"reason": o.Reason})
-			b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, "escalation_recurred", nz(""), d})
-			b.t.EscalationRecurred++
-			continue
+	for _, r := range dups {
+		if r == cur {
+			r = a // the row the batch keeps
 		}
-		escID := escalationID(a, o.Reason)
-		m, err := b.t.openedMessage(a, escID, o.Reason, o.Detail)
-		if err != nil {
+		if err := b.escalate(r, ReasonDuplicateBooking, ""); err != nil {
 			return false
 		}
-		b.escalations = append(b.escalations, []any{uuid.MustParse(escID), a.ID, a.TenantID, string(o.Reason), string(EscalationOpen)})
-		b.messages = append(b.messages, m)
-		b.changed[[2]string{a.ID.String(), string(o.Reason)}] = EscalationOpen
-		b.t.EscalationsOpened[o.Reason]++
-		a.Escalated = a.Escalated || o.Reason != ReasonNoLookupCapability
-		a.OutcomeOpen = a.OutcomeOpen || o.Reason.Outcome()
+	}
+	for _, o := range st.Open {
+		if err := b.escalate(a, o.Reason, o.Detail); err != nil {
+			return false
+		}
 	}
 	for _, j := range judged {
 		// JudgeGate's effects: gate_judged, and for a blind retry its anomaly, the blind_retry
@@ -325,17 +324,9 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		if !j.Safe {
 			d, _ := json.Marshal(map[string]any{"gate": j.Reason})
 			b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, string(ReasonBlindRetry), nz(""), d})
-			escID := escalationID(r, ReasonBlindRetry)
-			m, err := b.t.openedMessage(r, escID, ReasonBlindRetry, string(j.Reason))
-			if err != nil {
+			if err := b.escalate(r, ReasonBlindRetry, string(j.Reason)); err != nil {
 				return false
 			}
-			b.escalations = append(b.escalations, []any{uuid.MustParse(escID), r.ID, r.TenantID, string(ReasonBlindRetry), string(EscalationOpen)})
-			b.messages = append(b.messages, m)
-			b.changed[[2]string{r.ID.String(), string(ReasonBlindRetry)}] = EscalationOpen
-			b.t.EscalationsOpened[ReasonBlindRetry]++
-			b.t.BlindRetries++
-			r.BlindRetry, r.Escalated = true, true
 		}
 		if !b.inserted[r.ID] {
 			b.marks[r.ID] = r
@@ -344,8 +335,43 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 	return true
 }
 
+// escalate buffers Escalate(r, reason, detail): what the (r, reason) escalation the batch knows
+// (escalation) means is EscalationOnOpen's; a new one is a row for COPY with its
+// escalation.opened outbox row, and a blind_retry marks r. try checked that the state is known.
+func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
+	e, _ := b.escalation(r, reason)
+	switch EscalationOnOpen(e) {
+	case OpeningNone:
+		return nil
+	case OpeningRecurred:
+		d, _ := json.Marshal(map[string]any{"reason": reason})
+		b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, "escalation_recurred", nz(""), d})
+		b.t.EscalationRecurred++
+		return nil
+	}
+	escID := escalationID(r, reason)
+	m, err := b.t.openedMessage(r, escID, reason, detail)
+	if err != nil {
+		return err
+	}
+	b.escalations = append(b.escalations, []any{uuid.MustParse(escID), r.ID, r.TenantID, string(reason), string(EscalationOpen)})
+	b.messages = append(b.messages, m)
+	b.changed[[2]string{r.ID.String(), string(reason)}] = EscalationOpen
+	b.t.EscalationsOpened[reason]++
+	if reason == ReasonBlindRetry {
+		b.t.BlindRetries++
+		r.BlindRetry = true
+		if !b.inserted[r.ID] {
+			b.marks[r.ID] = r
+		}
+	}
+	r.Escalated = r.Escalated || reason != ReasonNoLookupCapability
+	r.OutcomeOpen = r.OutcomeOpen || reason.Outcome()
+	return nil
+}
+
 // siblingsAfter returns the versions of next's (intent, operation, subject) as the batch
-// leaves them once next replaces cur (nil: next is created).
+// leaves them once next replaces cur (nil: next is created), in version order.
 func (b *Bulk) siblingsAfter(cur, next *Row) []*Row {
 	g := b.group[groupKey(next.TenantID, next.BookingIntentID, next.Operation, next.Subject)]
 	out := make([]*Row, 0, len(g)+1)
@@ -354,7 +380,10 @@ func (b *Bulk) siblingsAfter(cur, next *Row) []*Row {
 			out = append(out, s)
 		}
 	}
-	return append(out, next)
+	// In version order, as the per-event path reads them (booking_attempt_siblings).
+	out = append(out, next)
+	slices.SortStableFunc(out, func(x, y *Row) int { return cmp.Compare(x.Version, y.Version) })
+	return out
 }
 
 // escalation returns the state of cur's (cur, reason) escalation ("" none; cur nil: an attempt

@@ -61,6 +61,7 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 		"bi_blind2": {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}, {"attempt.started/v2", start}}, {{"attempt.failed", failed}, {"attempt.succeeded/v2", ok}}},
 		"bi_blind3": {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}, {{"attempt.started/v2", start}, {"attempt.failed/v2", failed}}},
 		"bi_dup":    {{{"attempt.started", start}, {"attempt.succeeded", ok}, {"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
+		"bi_dup2":   {{{"attempt.started", start}, {"attempt.succeeded", ok}}, {{"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
 		// A late v2 start after its outcome: the gate judges v2 again when the start fills it
 		// in; safe on its outcome, a blind retry on a start before v1 failed.
 		"bi_late3": {{{"attempt.started", start}, {"attempt.failed", failed}, {"attempt.succeeded/v2", ok}}, {{"attempt.started/v2", start}}},
