@@ -48,7 +48,7 @@ type Bulk struct {
 	marks    map[uuid.UUID]*Row // existing attempts the gate judged (gate_judged, blind_retry)
 	audits   []bulkAudit
 	messages []outbox.Message
-	claims   []*Row
+	claims   []bulkClaim
 	// escalations and anomalies are rows for COPY; closes are the escalation ids to close.
 	escalations, anomalies [][]any
 	closes                 []uuid.UUID
@@ -58,6 +58,13 @@ type Bulk struct {
 	stored  map[uuid.UUID]map[Reason]EscalationState
 	changed map[[2]string]EscalationState
 	now     time.Time
+}
+
+// bulkClaim is a provider reference claim: the attempt and the event that brought it (for a
+// conflict's anomaly, as Step.ClaimEventID).
+type bulkClaim struct {
+	a       *Row
+	eventID string
 }
 
 type bulkAudit struct {
@@ -288,7 +295,7 @@ func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
 		a.OutcomeOpen = a.OutcomeOpen && len(closing) == 0
 	}
 	if st.Claim && a.ProviderReference != "" && a.ProviderReference != known {
-		b.claims = append(b.claims, a)
+		b.claims = append(b.claims, bulkClaim{a, st.ClaimEventID})
 	}
 	if st.KeyConflict {
 		b.t.KeyConflicts++
@@ -513,13 +520,15 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		return nil
 	}
 	// Claim in key order, so two batches claiming overlapping references cannot deadlock.
-	slices.SortFunc(b.claims, func(x, y *Row) int {
+	slices.SortFunc(b.claims, func(cx, cy bulkClaim) int {
+		x, y := cx.a, cy.a
 		return cmp.Or(strings.Compare(x.Provider, y.Provider), strings.Compare(string(x.Operation), string(y.Operation)),
 			strings.Compare(x.ProviderReference, y.ProviderReference))
 	})
 	var prov, op, ref, tenant []string
 	var ids []uuid.UUID
-	for _, a := range b.claims {
+	for _, c := range b.claims {
+		a := c.a
 		prov, op, ref, tenant, ids = append(prov, a.Provider), append(op, string(a.Operation)), append(ref, a.ProviderReference),
 			append(tenant, a.TenantID), append(ids, a.ID)
 	}
@@ -535,10 +544,10 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	for _, id := range claimed {
 		won[id] = true
 	}
-	for _, a := range b.claims {
-		if !won[a.ID] {
+	for _, c := range b.claims {
+		if !won[c.a.ID] {
 			// Held by another attempt: the per-event rule escalates both.
-			if err := b.t.ClaimReference(ctx, a, ""); err != nil {
+			if err := b.t.ClaimReference(ctx, c.a, c.eventID); err != nil {
 				return err
 			}
 		}

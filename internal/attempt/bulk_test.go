@@ -178,3 +178,50 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkClaimConflictEvent: a provider reference claim the bulk path loses to another
+// attempt records its duplicate_provider_reference anomaly with the event that brought the
+// reference, as the per-event path does (Step.ClaimEventID).
+func TestBulkClaimConflictEvent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	shared := `,"outcome":{"providerReference":"HTL-shared"}`
+	batch := []events.Attempt{
+		event(t, "attempt.succeeded", "e1", "bi_r1", "book:bi_r1:v1", "BOOK", shared),
+		event(t, "attempt.succeeded", "e2", "bi_r2", "book:bi_r2:v1", "BOOK", shared),
+	}
+	inTx(t, pool, func(at *attempt.Tx) error {
+		b, err := at.NewBulk(ctx, batch, nil, nil)
+		if err != nil {
+			return err
+		}
+		for _, e := range batch {
+			if err := b.Apply(ctx, e, events.Digests{}); err != nil {
+				return err
+			}
+		}
+		return b.Flush(ctx)
+	})
+	var got []string
+	rows, err := pool.Query(ctx, `SELECT concat_ws('|', a.idempotency_key, n.kind, coalesce(n.event_id, 'NULL'))
+		FROM anomaly n JOIN booking_attempt a ON a.id = n.attempt_id ORDER BY n.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	rows.Close()
+	want := []string{"book:bi_r2:v1|duplicate_provider_reference|e2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("anomalies %q, want %q", got, want)
+	}
+}
