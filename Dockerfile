@@ -17,10 +17,12 @@ RUN CGO_ENABLED=0 go build -trimpath \
       -o /out/ ./cmd/...
 
 FROM alpine:3.22.1
-RUN adduser -D -H -u 10001 bookrecon
+# /etc/bookrecon/tokens belongs to the service user, so a named volume mounted there (compose's
+# tokens volume) is writable by bookrecon tokens.
+RUN adduser -D -H -u 10001 bookrecon && install -d -o 10001 -g 10001 -m 0700 /etc/bookrecon/tokens
 COPY --from=build /out/ /usr/local/bin/
 USER 10001:10001
-# Admin ports (/metrics, /livez, /readyz): ingester 9101, reconciler 9102, escalator 9103; the
-# query API 8080; the provider simulator 18080.
-EXPOSE 9101 9102 9103 8080 18080
+# Admin ports (/metrics, /livez, /readyz): ingester 9101, reconciler 9102, escalator 9103, query
+# API 9104; the query API 8080; the provider simulator 18080.
+EXPOSE 9101 9102 9103 9104 8080 18080
 ENTRYPOINT ["/usr/local/bin/bookrecon"]

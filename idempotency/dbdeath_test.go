@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 // TestPostgresGoesAway: what a booking service gets when PostgreSQL goes away mid-request

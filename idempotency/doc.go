@@ -1,4 +1,4 @@
-// Package idempotency applies the Idempotency-Key contract (DESIGN.md Part 2 "Idempotency-Key
+// Package idempotency applies the Idempotency-Key contract (docs/design.md Part 2 "Idempotency-Key
 // semantics"; draft-ietf-httpapi-idempotency-key-header; seed 004) to net/http handlers, so that
 // bookrecon's own endpoints and every booking service answer a client's retry with the first
 // answer and never run a request twice. It is importable on purpose: a booking service guards

@@ -15,11 +15,11 @@ type Fingerprint [sha256.Size]byte
 // FingerprintFunc computes a route's fingerprint from the request and its whole body (already
 // read, at most Config.MaxBody bytes). An error answers 400 invalid_request before anything is
 // claimed; its text is not shown to the client (it may quote the body). The begin route of the
-// Producer API supplies its own (DESIGN.md: the operation's fields, recovery identities
+// Producer API supplies its own (docs/design.md: the operation's fields, recovery identities
 // excluded); every other route takes DefaultFingerprint.
 type FingerprintFunc func(r *http.Request, route string, body []byte) (Fingerprint, error)
 
-// DefaultFingerprint is DESIGN.md's fingerprint "for every other route": the SHA-256 of the
+// DefaultFingerprint is docs/design.md's fingerprint "for every other route": the SHA-256 of the
 // RFC 8785 JSON of {method, route (the template the route was registered with), path (the
 // request's path, so the path parameters), body}. A body that is I-JSON is taken as JSON, so
 // member order and whitespace do not change the fingerprint; any other body (empty, not JSON)

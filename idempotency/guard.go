@@ -20,7 +20,7 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTTL            = 30 * 24 * time.Hour // Stripe's v2 window (DESIGN.md idempotencyTTL)
+	DefaultTTL            = 30 * 24 * time.Hour // Stripe's v2 window (docs/design.md idempotencyTTL)
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultLeaseMargin    = 5 * time.Second
 	DefaultLockTimeout    = 2 * time.Second
@@ -34,7 +34,7 @@ const (
 	claimAttempts = 3
 )
 
-// Scope is whose key it is: DESIGN.md scopes a key by (tenant, principal, Idempotency-Key), so
+// Scope is whose key it is: docs/design.md scopes a key by (tenant, principal, Idempotency-Key), so
 // the same key from two tenants, or from two principals of one tenant, names two requests.
 type Scope struct {
 	Tenant    string // non-empty
@@ -288,7 +288,7 @@ func (rt *route) unavailable(err error, what string) reply {
 	}
 }
 
-// decide answers from the live record rec that holds the key (DESIGN.md's table).
+// decide answers from the live record rec that holds the key (docs/design.md's table).
 func (rt *route) decide(rec *record, fp Fingerprint, now time.Time) reply {
 	switch {
 	case !bytes.Equal(rec.Fingerprint, fp[:]):
@@ -334,15 +334,10 @@ func (rt *route) serveTx(ctx context.Context, r *http.Request, id keyID, fp Fing
 			ExpiresAt: now.Add(cfg.TTL)}, cfg.LockTimeout)
 		if !claimed || err != nil {
 			rollback(ctx, tx)
-			switch {
-			case errors.Is(err, errLockTimeout):
-				return rt.inProgress()
-			case err != nil:
-				return rt.unavailable(err, "claim")
-			case existing == nil:
-				continue
+			if answer := rt.unclaimed(err, existing, fp, now); answer != nil {
+				return answer
 			}
-			return rt.decide(existing, fp, now)
+			continue // the record was replaced meanwhile (its TTL passed): claim again
 		}
 		rec := rt.run(func(rec *recorder, r *http.Request) { rt.tx(rec, r, tx) }, r)
 		if !rec.storable() {
@@ -363,6 +358,21 @@ func (rt *route) serveTx(ctx context.Context, r *http.Request, id keyID, fp Fing
 	return rt.inProgress()
 }
 
+// unclaimed answers a claim that did not take the key: 409 request_in_progress when the first
+// request held its row past lock_timeout, 503 when the claim failed, else the existing record's
+// answer (decide); nil when there was no record left to answer with, so the caller claims again.
+func (rt *route) unclaimed(err error, existing *record, fp Fingerprint, now time.Time) reply {
+	switch {
+	case errors.Is(err, errLockTimeout):
+		return rt.inProgress()
+	case err != nil:
+		return rt.unavailable(err, "claim")
+	case existing == nil:
+		return nil
+	}
+	return rt.decide(existing, fp, now)
+}
+
 // serveTwoPhase is the two-phase mode.
 func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, fp Fingerprint) reply {
 	cfg := &rt.g.cfg
@@ -377,15 +387,10 @@ func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, f
 			Token: &token, Lease: &lease, Now: now, ExpiresAt: now.Add(cfg.TTL)}, cfg.LockTimeout)
 		if !claimed || err != nil {
 			rollback(ctx, tx)
-			switch {
-			case errors.Is(err, errLockTimeout):
-				return rt.inProgress()
-			case err != nil:
-				return rt.unavailable(err, "claim")
-			case existing == nil:
-				continue
+			if answer := rt.unclaimed(err, existing, fp, now); answer != nil {
+				return answer
 			}
-			return rt.decide(existing, fp, now)
+			continue // the record was replaced meanwhile (its TTL passed): claim again
 		}
 		if err := tx.Commit(ctx); err != nil {
 			// The claim may have committed: a retry then waits out the lease (409) and is told
@@ -434,10 +439,10 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 type keepKey struct{}
 
 // KeepAnswer marks the answer the handler of ctx writes as stored and replayed although it is
-// not 2xx: a domain answer produced after the claim that cannot change with time (DESIGN.md:
+// not 2xx: a domain answer produced after the claim that cannot change with time (docs/design.md:
 // 409 key_conflict). Without it only 2xx answers are stored; any other answer is rolled back
-// with the claim (DESIGN.md: gate_refused, 404, failures), so a retry is processed afresh. Called
-// outside a guarded handler it does nothing.
+// with the claim (docs/design.md: gate_refused, 404, failures), so a retry is processed afresh.
+// Called outside a guarded handler it does nothing.
 func KeepAnswer(ctx context.Context) {
 	if rec, ok := ctx.Value(keepKey{}).(*recorder); ok {
 		rec.keep.Store(true)

@@ -12,7 +12,7 @@ const HeaderKey = "Idempotency-Key"
 // HeaderReplayed marks a replayed answer: "Idempotent-Replayed: true".
 const HeaderReplayed = "Idempotent-Replayed"
 
-// MaxKeyLen is the longest key accepted, in bytes (DESIGN.md "Producer API": 1–255 visible
+// MaxKeyLen is the longest key accepted, in bytes (docs/design.md "Producer API": 1–255 visible
 // ASCII characters).
 const MaxKeyLen = 255
 
@@ -25,7 +25,7 @@ var (
 )
 
 // ParseKey returns the key of h's Idempotency-Key header. The draft makes the field an RFC 8941
-// sf-string ("…"); DESIGN.md accepts the quoted form with its quotes stripped (and the \" and
+// sf-string ("…"); docs/design.md accepts the quoted form with its quotes stripped (and the \" and
 // \\ escapes undone) and the bare token as it is. The key must then be 1–255 characters of
 // visible ASCII (0x21–0x7e). Errors: ErrKeyMissing, ErrKeyInvalid.
 func ParseKey(h http.Header) (string, error) {

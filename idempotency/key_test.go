@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 func TestStatementsPrepare(t *testing.T) {

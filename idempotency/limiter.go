@@ -28,7 +28,7 @@ var releaseScript = redis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] th
 end
 return 0`)
 
-// Limiter is the optional Redis in-flight limiter (DESIGN.md Part 2): before PostgreSQL, a
+// Limiter is the optional Redis in-flight limiter (docs/design.md Part 2): before PostgreSQL, a
 // request takes SET idem:lock:<tenant>:<principal>:<key> <random token> NX PX <ttl>; a request
 // that does not get it answers 409 request_in_progress without a database round trip. It is
 // released by a Lua compare-and-delete of the token, never a bare DEL. Redis never decides

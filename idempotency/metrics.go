@@ -43,7 +43,7 @@ func LimiterResults() []LimiterResult {
 	return []LimiterResult{LimiterAcquired, LimiterContended, LimiterRedisError}
 }
 
-// Metrics are the package's Prometheus series (DESIGN.md Part 2 "Idempotency-Key semantics").
+// Metrics are the package's Prometheus series (docs/design.md Part 2 "Idempotency-Key semantics").
 // Labels are bounded: route is the template a route was registered with (Guard.Transactional,
 // Guard.TwoPhase), whose series are pre-created then; result is a Result or LimiterResult.
 type Metrics struct {

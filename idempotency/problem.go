@@ -1,10 +1,11 @@
 package idempotency
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
+
+	httpproblem "github.com/bookrecon/bookrecon/internal/problem"
 )
 
 // Problem codes the package answers with (application/problem+json, RFC 9457, member code).
@@ -20,19 +21,12 @@ const (
 	CodeUnavailable     = "idempotency_unavailable" // 503, Retry-After: PostgreSQL failed before the answer was stored
 )
 
-// problem writes an RFC 9457 problem: {type, title, status, code, detail}.
+// problem writes an RFC 9457 problem ({type, title, status, code, detail}) with internal/problem,
+// the one writer of bookrecon's error bodies, and Retry-After in whole seconds when retryAfter > 0.
 func problem(w http.ResponseWriter, status int, code, detail string, retryAfter time.Duration) {
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
+	d := httpproblem.New(status, code, detail)
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+		d = d.With("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
 	}
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Code   string `json:"code"`
-		Detail string `json:"detail"`
-	}{"about:blank", http.StatusText(status), status, code, detail})
+	httpproblem.Write(w, d)
 }

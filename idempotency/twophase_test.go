@@ -51,8 +51,8 @@ func (f *fixture) row(key string) string {
 	return s
 }
 
-// TestTwoPhaseTable walks DESIGN.md's Idempotency-Key table row by row through real HTTP in the
-// two-phase mode.
+// TestTwoPhaseTable walks docs/design.md's Idempotency-Key table row by row through real HTTP in
+// the two-phase mode.
 func TestTwoPhaseTable(t *testing.T) {
 	t.Parallel()
 

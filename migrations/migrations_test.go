@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/migrations"
 )
 

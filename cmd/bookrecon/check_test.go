@@ -10,10 +10,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/loadgen"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )

@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/demo"
+	"github.com/bookrecon/bookrecon/internal/harness/demo"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/kafka"
 	"github.com/bookrecon/bookrecon/internal/postgres"
-	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
@@ -27,6 +27,7 @@ type demoCmd struct {
 	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default samples/ of the repository, a copy of ../shared/samples)."`
 	Database string `default:"bookrecon_demo" help:"Database the demo drops and recreates for its run (must end in _demo)."`
 	Log      string `default:".stack/demo.log" help:"Where the services' JSON logs go."`
+	TokenDir string `default:".stack/demo-auth" help:"Where the demo writes the query API's tokens file and its token for tenant t_globetrek (token, mode 0600): curl -H \"Authorization: Bearer $(cat .stack/demo-auth/token)\" …"`
 	topics.Flags
 }
 
@@ -99,7 +100,7 @@ func (c *demoCmd) Run(ctx context.Context, g *Globals) (err error) {
 	fmt.Println("publishing samples/attempts.jsonl rebased to now (about 82s); the report comes at 125s")
 	res, err := demo.Run(ctx, demo.Options{
 		Brokers: g.KafkaBrokers, DatabaseURL: dbURL, MigrateDatabaseURL: migrateURL, Pooler: postgres.Pooler(g.Pooler),
-		SamplesDir: dir, Topics: tp, Out: os.Stdout, Live: live,
+		SamplesDir: dir, Topics: tp, TokenDir: c.TokenDir, Out: os.Stdout, Live: live,
 		Logger: demoLogger(logf),
 	})
 	if err != nil {

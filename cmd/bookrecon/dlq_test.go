@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 

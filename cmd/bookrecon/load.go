@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/bookrecon/bookrecon/internal/check"
+	"github.com/bookrecon/bookrecon/internal/harness/check"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
 	"github.com/bookrecon/bookrecon/internal/kafka"
-	"github.com/bookrecon/bookrecon/internal/loadgen"
 	"github.com/bookrecon/bookrecon/internal/topics"
 	"github.com/bookrecon/bookrecon/providers"
 )

@@ -1,5 +1,5 @@
 // Command bookrecon is the producer and operations CLI: create topics, migrate the database,
-// publish JSONL files with the samples' time rebasing, and run the demo.
+// publish JSONL files with the samples' time rebasing, run the demo, and manage the tokens file.
 package main
 
 import (
@@ -50,6 +50,7 @@ type cli struct {
 	Demo    demoCmd    `cmd:"" help:"Run the whole pipeline on the sample input and print the report."`
 	Loadgen loadgenCmd `cmd:"" help:"Generate (and optionally publish) realistic load with its provider truth and expected outcomes."`
 	Check   checkCmd   `cmd:"" help:"Check a run's invariants against the database and the output topics."`
+	Tokens  tokensCmd  `cmd:"" help:"Manage the tokens file of the services' bearer tokens: init, add, list, revoke."`
 	Ops     opsCmds    `embed:""`
 }
 

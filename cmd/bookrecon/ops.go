@@ -323,8 +323,8 @@ type decideCmd struct {
 	topics.Flags
 }
 
-// decisionRecord is the wire form of decision.recorded (DESIGN.md "Contract v1", manual
-// decisions). retryable is written for FAILED only.
+// decisionRecord is the wire form of decision.recorded (docs/design.md#cause-manual-decision).
+// retryable is written for FAILED only.
 type decisionRecord struct {
 	SpecVersion       int              `json:"specVersion"`
 	EventID           string           `json:"eventId"`

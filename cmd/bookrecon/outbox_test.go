@@ -9,8 +9,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/outbox"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
 )
 
 // TestOutboxCommands: list shows exactly the set-aside rows (not the pending, published or

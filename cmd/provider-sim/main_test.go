@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bookrecon/bookrecon/events"
-	"github.com/bookrecon/bookrecon/internal/logtest"
+	"github.com/bookrecon/bookrecon/internal/harness/logtest"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )

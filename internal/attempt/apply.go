@@ -15,9 +15,9 @@ type Applied struct {
 
 // ApplyEvent applies one deduplicated attempt event: it locks the intent, reads the attempt,
 // asks the transition function (OnEvent) and writes its Step: state change, audit row, anomaly
-// and escalation rows, outbox rows (DESIGN.md "Attempt states", "Escalations", "Storage
-// rules"). The caller owns the transaction and has inserted the processed_event row.
-// transportCodes: see FactOf.
+// and escalation rows, outbox rows (docs/design.md#attempt-states, docs/design.md#escalations,
+// docs/design.md#storage-rules). The caller owns the transaction and has inserted the
+// processed_event row. transportCodes: see FactOf.
 func (t *Tx) ApplyEvent(ctx context.Context, ev events.Attempt, transportCodes []string) (Applied, error) {
 	if err := t.LockIntent(ctx, ev.TenantID, ev.BookingIntentID); err != nil {
 		return Applied{}, err

@@ -31,8 +31,9 @@ import (
 // that may have been closed before, a reference recorded by a repeated outcome_unknown, … — is
 // written by the per-event path (ApplyEvent), and so is every later event of its intent in the
 // batch: Apply first flushes what the batch buffered for that intent, so the per-event path
-// reads what the bulk path decided. The rules and effects are those of ApplyEvent (DESIGN.md "Attempt states", "Safe
-// retry gate and blind retries", "Escalations", "Storage rules").
+// reads what the bulk path decided. The rules and effects are those of ApplyEvent
+// (docs/design.md#attempt-states, docs/design.md#safe-retry-gate, docs/design.md#escalations,
+// docs/design.md#storage-rules).
 type Bulk struct {
 	t        *Tx
 	codes    []string

@@ -12,7 +12,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 // TestBulkEqualsPerEvent: the batch write path (Bulk: buffered in memory and flushed set-based,

@@ -33,7 +33,7 @@ func leased(st Status, token int64) *Row {
 	return a
 }
 
-// TestOnLookup: DESIGN.md "Reconciliation", a verdict reaching the attempt.
+// TestOnLookup: docs/design.md#reconciliation, a verdict reaching the attempt.
 func TestOnLookup(t *testing.T) {
 	confirmed := Lookup{Result: providers.ResultFound, RecordStatus: providers.StatusConfirmed, RecordRef: "REF-5",
 		Settle: &Settlement{Status: StatusConfirmed, Source: SourceClientReference, Reference: "REF-5"},
@@ -147,7 +147,7 @@ func decision(verdict, ref, escalationID string) events.Decision {
 		Decision: verdict, ProviderReference: ref, Actor: "ops.1", Reason: "checked", EscalationID: escalationID, Retryable: true}
 }
 
-// TestOnDecision: DESIGN.md "Contract v1", manual decisions.
+// TestOnDecision: docs/design.md#cause-manual-decision.
 func TestOnDecision(t *testing.T) {
 	anomalyClose := []Close{{Reasons: AnomalyReasons, ClosedBy: "manual", Actor: "ops.1"}}
 	cases := []struct {
@@ -205,7 +205,7 @@ func TestOnDecision(t *testing.T) {
 	}
 }
 
-// TestOnStale: DESIGN.md "Attempt states", stale_in_progress.
+// TestOnStale: docs/design.md#attempt-states, stale_in_progress.
 func TestOnStale(t *testing.T) {
 	timeout := 15 * time.Minute
 	old := row(StatusInProgress)
@@ -238,7 +238,7 @@ func TestOnStale(t *testing.T) {
 	}
 }
 
-// TestOnDeadline: DESIGN.md "Escalations", deadline_exceeded on the database clock.
+// TestOnDeadline: docs/design.md#escalations, deadline_exceeded on the database clock.
 func TestOnDeadline(t *testing.T) {
 	unknown := row(StatusUnknown) // UNKNOWN since t0-30s; the database clock is t0+2s
 	cases := []struct {
@@ -266,7 +266,7 @@ func TestOnDeadline(t *testing.T) {
 	}
 }
 
-// TestOnBegin: the Producer API's begin (DESIGN.md Part 2): a gate refusal is a value.
+// TestOnBegin: the Producer API's begin (docs/design.md Part 2): a gate refusal is a value.
 func TestOnBegin(t *testing.T) {
 	v2 := started(withVersion(2))
 	v2.IdempotencyKey, v2.OccurredAt = "book:bi_1:v2", dbNow
@@ -305,7 +305,7 @@ func TestOnBegin(t *testing.T) {
 	}
 }
 
-// TestEscalationLifecycle: DESIGN.md "Escalations": opened once, a recurrence after closing is
+// TestEscalationLifecycle: docs/design.md#escalations: opened once, a recurrence after closing is
 // audited and not reopened; outcome escalations close on a terminal state by any cause, anomaly
 // escalations on a manual decision (its escalationId alone when given); duplicates.
 func TestEscalationLifecycle(t *testing.T) {

@@ -26,10 +26,10 @@ const (
 	DecisionRejected = "rejected"
 )
 
-// ApplyDecision applies one deduplicated manual decision (DESIGN.md "Contract v1", manual
-// decisions) through OnDecision and returns what happened: kept (waiting in pending_decision
-// for the transaction that next makes the attempt UNKNOWN or terminal), rejected, unchanged or
-// applied (see OnDecision).
+// ApplyDecision applies one deduplicated manual decision (docs/design.md#cause-manual-decision)
+// through OnDecision and returns what happened: kept (waiting in pending_decision for the
+// transaction that next makes the attempt UNKNOWN or terminal), rejected, unchanged or applied (see
+// OnDecision).
 func (t *Tx) ApplyDecision(ctx context.Context, d events.Decision) (string, error) {
 	if err := t.LockIntent(ctx, d.TenantID, d.BookingIntentID); err != nil {
 		return "", err
@@ -77,11 +77,12 @@ func (t *Tx) decide(ctx context.Context, a *Row, d events.Decision, keep bool) (
 }
 
 // ApplyPendingDecisions applies the manual decisions kept for a, in the transaction that made
-// it UNKNOWN or terminal, after that transaction's own effects (DESIGN.md "Contract v1"), each
-// under a savepoint. One that fails for its own data (FailureClass) rolls back to its savepoint,
-// is marked failed with its reason (never applied later: ops re-send it once the cause is
-// fixed) and reported in DecisionsFailed; the transaction goes on and commits a's own
-// transition. Any other error is returned: the whole transaction fails, to be retried.
+// it UNKNOWN or terminal, after that transaction's own effects
+// (docs/design.md#cause-manual-decision), each under a savepoint. One that fails for its own data
+// (FailureClass) rolls back to its savepoint, is marked failed with its reason (never applied
+// later: ops re-send it once the cause is fixed) and reported in DecisionsFailed; the transaction
+// goes on and commits a's own transition. Any other error is returned: the whole transaction fails,
+// to be retried.
 func (t *Tx) ApplyPendingDecisions(ctx context.Context, a *Row) error {
 	rows, err := t.tx.Query(ctx, q("pending_decision_of_attempt"), a.TenantID, a.IdempotencyKey)
 	if err != nil {

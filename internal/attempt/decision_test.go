@@ -12,7 +12,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 )
@@ -101,7 +101,7 @@ func TestKeptDecisionsApplyInArrivalOrder(t *testing.T) {
 			decision(t, "a-second", "bi_1", "book:bi_1:v1", "CONFIRMED", "HTL-1"),
 		} {
 			if o, err := at.ApplyDecision(ctx, d); err != nil || o != attempt.DecisionKept {
-				return fmt.Errorf("decision %s: %s, %v; want kept", d.EventID, o, err)
+				return fmt.Errorf("decision %s: %s, %w; want kept", d.EventID, o, err)
 			}
 		}
 		return nil
@@ -152,7 +152,7 @@ func keepTwo(t *testing.T, pool *pgxpool.Pool) {
 			decision(t, "d-good", "bi_1", "book:bi_1:v1", "CONFIRMED", "HTL-1"),
 		} {
 			if o, err := at.ApplyDecision(ctx, d); err != nil || o != attempt.DecisionKept {
-				return fmt.Errorf("decision %s: %s, %v; want kept", d.EventID, o, err)
+				return fmt.Errorf("decision %s: %s, %w; want kept", d.EventID, o, err)
 			}
 		}
 		return nil

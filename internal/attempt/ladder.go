@@ -8,8 +8,8 @@ import (
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// Plan is the one lookup a check uses: the first rung of DESIGN.md's reconciliation ladder that
-// applies.
+// Plan is the one lookup a check uses: the first rung of the lookup ladder
+// (docs/design.md#lookup-ladder) that applies.
 type Plan struct {
 	Query providers.Query
 	// None: no lookup applies. NoCapability: and none ever will (escalate no_lookup_capability,
@@ -17,10 +17,10 @@ type Plan struct {
 	None, NoCapability bool
 }
 
-// Ladder is DESIGN.md's reconciliation ladder for a, the only copy: by outcome provider
-// reference, by client reference, by fingerprint (BOOK and MODIFY, once the start is applied,
-// in a window of ±fingerprintWindow around the started occurredAt), else no lookup — for good
-// when the provider has none or the start is applied. lookups are the provider's lookup kinds.
+// Ladder is the lookup ladder (docs/design.md#lookup-ladder) for a, the only copy: by outcome
+// provider reference, by client reference, by fingerprint (BOOK and MODIFY, once the start is
+// applied, in a window of ±fingerprintWindow around the started occurredAt), else no lookup — for
+// good when the provider has none or the start is applied. lookups are the provider's lookup kinds.
 func Ladder(a *Row, lookups []providers.LookupKind, fingerprintWindow time.Duration) Plan {
 	has := func(k providers.LookupKind) bool {
 		for _, l := range lookups {
@@ -95,9 +95,9 @@ type Lookup struct {
 	NoCapability bool
 }
 
-// JudgeLookup judges a provider's answer (recs, err) to q for attempt a at now (DESIGN.md
-// "Reconciliation"): one matching record CONFIRMED → CONFIRMED, REJECTED or CANCELLED → FAILED
-// (source = the lookup used, reference kept), PENDING → back off; one not matching →
+// JudgeLookup judges a provider's answer (recs, err) to q for attempt a at now
+// (docs/design.md#reconciliation): one matching record CONFIRMED → CONFIRMED, REJECTED or CANCELLED
+// → FAILED (source = the lookup used, reference kept), PENDING → back off; one not matching →
 // contradiction; several → ambiguous_match, never a guess; none → FAILED authoritative_not_found
 // only when AuthoritativeNotFound; an error → back off, at least Retry-After. errClass is the
 // provider error's class and retryAfter its Retry-After (providers.ClassOf, providers.RetryAfter).
@@ -137,7 +137,7 @@ func JudgeLookup(a *Row, caps providers.Capabilities, q providers.Query, recs []
 	return l
 }
 
-// AuthoritativeNotFound: DESIGN.md "Reconciliation": a not-found settles FAILED only for a
+// AuthoritativeNotFound: docs/design.md#reconciliation: a not-found settles FAILED only for a
 // provider whose not-found is authoritative, by provider_reference or client_reference, at or
 // after window start + consistencyWindow, and for business_timeout and client_timeout also
 // after window start + maxProcessingTime.
@@ -174,7 +174,7 @@ type LookupCause struct {
 	NextCheck func(a *Row, escalates bool) *time.Time
 }
 
-// OnLookup is the transition for a lookup verdict (DESIGN.md "Reconciliation"), cur re-read
+// OnLookup is the transition for a lookup verdict (docs/design.md#reconciliation), cur re-read
 // under the intent lock. It returns the Step and whether the lease was lost (another reconciler
 // re-claimed the attempt, bumping the token: it owns the attempt's state).
 //   - cur settled meanwhile: the lookup reaches the audit trail only, a contradiction when it is

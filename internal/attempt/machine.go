@@ -1,5 +1,5 @@
-// Package attempt holds the booking attempt state machine (DESIGN.md "Attempt states",
-// "Timeout taxonomy", "Safe retry gate and blind retries") as pure functions, and the store
+// Package attempt holds the booking attempt state machine (docs/design.md#attempt-states,
+// docs/design.md#timeout-taxonomy, docs/design.md#safe-retry-gate) as pure functions, and the store
 // that applies their verdicts to PostgreSQL inside the caller's transaction.
 package attempt
 
@@ -13,7 +13,7 @@ import (
 // Status is an attempt's state. CONFIRMED and FAILED are terminal.
 type Status string
 
-// The attempt states of DESIGN.md "Attempt states".
+// The attempt states of docs/design.md#attempt-states.
 const (
 	StatusInProgress Status = "IN_PROGRESS"
 	StatusUnknown    Status = "UNKNOWN"
@@ -29,7 +29,7 @@ func Statuses() []Status {
 // Terminal reports whether s is CONFIRMED or FAILED.
 func (s Status) Terminal() bool { return s == StatusConfirmed || s == StatusFailed }
 
-// Source is what settled an attempt (DESIGN.md "Contract v1", resolution sources).
+// Source is what settled an attempt (docs/design.md#contract-v1, resolution sources).
 type Source string
 
 // The resolution sources.
@@ -100,9 +100,9 @@ type Fact struct {
 	Transport    bool // attempt.failed with a transport-timeout failureCode, applied as outcome_unknown
 }
 
-// FactOf applies DESIGN.md's "Timeout taxonomy" and the transport-timeout rule of "Attempt
-// states" to a validated event. transportCodes are the failure codes that are not proof of
-// failure (events.DefaultTransportTimeoutCodes plus configuration).
+// FactOf applies the timeout taxonomy and its transport-timeout rule
+// (docs/design.md#timeout-taxonomy) to a validated event. transportCodes are the failure codes that
+// are not proof of failure (events.DefaultTransportTimeoutCodes plus configuration).
 func FactOf(ev events.Attempt, transportCodes []string) Fact {
 	f := Fact{Type: ev.EventType}
 	if ev.Outcome != nil {
@@ -139,8 +139,9 @@ type Verdict struct {
 	Note   string // why, for the audit trail
 }
 
-// Decide is DESIGN.md's state table for an event carrying the attempt's own key. cur is nil
-// when no attempt has the key yet; hash is the event's request hash ("" unless a start).
+// Decide is the state table of docs/design.md#cause-event for an event carrying the attempt's own
+// key. cur is nil when no attempt has the key yet; hash is the event's request hash ("" unless a
+// start).
 func Decide(cur *Current, ev events.Attempt, f Fact, hash string) Verdict {
 	if cur == nil {
 		if f.Type == events.EventStarted {
@@ -156,10 +157,10 @@ func Decide(cur *Current, ev events.Attempt, f Fact, hash string) Verdict {
 	}
 	switch f.Type {
 	case events.EventStarted:
-		switch {
-		case cur.RequestHash == "":
+		switch cur.RequestHash {
+		case "":
 			return Verdict{Action: ActionFillRequest, Status: cur.Status, Note: "late start fills in the request"}
-		case cur.RequestHash == hash:
+		case hash:
 			return Verdict{Action: ActionRepeat, Status: cur.Status, Note: "same request hash"}
 		default:
 			return Verdict{Action: ActionKeyConflict, Status: cur.Status, Note: "request hash differs"}
@@ -201,7 +202,7 @@ type Sibling struct {
 	FailedFactAt time.Time // when the failure became a fact
 }
 
-// GateReason is the retry gate's answer (DESIGN.md "Query API").
+// GateReason is the retry gate's answer (docs/design.md#query-api).
 type GateReason string
 
 // The gate reasons.
@@ -217,7 +218,7 @@ const (
 	GateFailedAfterStart  GateReason = "failed_after_start"
 )
 
-// provesNothingCreated: DESIGN.md "Safe retry gate": event, not_sent, authoritative_not_found,
+// provesNothingCreated: docs/design.md#safe-retry-gate: event, not_sent, authoritative_not_found,
 // a lookup that found the record REJECTED or CANCELLED (a FAILED settled by a lookup), manual.
 func provesNothingCreated(s Source) bool { return s != "" }
 

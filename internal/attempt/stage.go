@@ -19,7 +19,7 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Claim is one claim of due UNKNOWN attempts (the reconciler's, DESIGN.md "Reconciliation").
+// Claim is one claim of due UNKNOWN attempts (the reconciler's, docs/design.md#reconciliation).
 type Claim struct {
 	Now         time.Time // the reconciler's clock: due means next_check_at <= Now
 	Limit       int

@@ -7,7 +7,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 // TestStatementsPrepare prepares every statement of sql/*.sql against the migrated schema.

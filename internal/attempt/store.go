@@ -20,7 +20,7 @@ import (
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// Reason is an escalation reason (DESIGN.md "Escalations").
+// Reason is an escalation reason (docs/design.md#escalations).
 type Reason string
 
 // The escalation reasons.
@@ -164,7 +164,7 @@ type Row struct {
 	GateJudged        bool
 	Token             int64 // lease_token: the reconciler's fencing token
 	// Escalated: an escalation other than no_lookup_capability exists for the attempt; its
-	// checks continue at the maximum interval (DESIGN.md "Reconciliation").
+	// checks continue at the maximum interval (docs/design.md#backoff).
 	Escalated bool
 	// OutcomeOpen: an outcome escalation (deadline_exceeded, ambiguous_match,
 	// no_lookup_capability) is open; turning terminal closes it.
@@ -244,7 +244,8 @@ func (t *Tx) env(ctx context.Context, provider string) (Env, error) {
 
 // LockIntent creates the intent row insert-first and locks it (FOR UPDATE semantics through
 // ON CONFLICT DO UPDATE): every transaction that creates or changes an attempt of the intent
-// runs after it (DESIGN.md "Storage rules", lock order intent → attempts → claims/escalations).
+// runs after it (docs/design.md#transactions-and-locks, lock order intent → attempts →
+// claims/escalations).
 func (t *Tx) LockIntent(ctx context.Context, tenantID, intentID string) error {
 	if _, err := t.tx.Exec(ctx, q("booking_intent_lock"), tenantID, intentID); err != nil {
 		return fmt.Errorf("attempt: lock intent %s/%s: %w", tenantID, intentID, err)
@@ -348,7 +349,7 @@ func summary(a *Row, reason Reason, detail string) string {
 // OutcomeReasons are the escalations that close when the attempt turns terminal.
 var OutcomeReasons = []Reason{ReasonDeadlineExceeded, ReasonAmbiguousMatch, ReasonNoLookupCapability}
 
-// resolutionFailureCode is attempt.resolved's failureCode (DESIGN.md "Contract v1").
+// resolutionFailureCode is attempt.resolved's failureCode (docs/design.md#contract-v1).
 func resolutionFailureCode(a *Row) *string {
 	if a.Status != StatusFailed {
 		return nil
@@ -410,7 +411,7 @@ func (t *Tx) Anomaly(ctx context.Context, tenantID string, attemptID *uuid.UUID,
 
 // Escalate opens the (attempt, reason) escalation insert-first with its escalation.opened
 // outbox row. What an existing one means is EscalationOnOpen's: open, a no-op; closed, a
-// recurrence recorded as an anomaly and counted, not reopened (DESIGN.md "Escalations").
+// recurrence recorded as an anomaly and counted, not reopened (docs/design.md#escalations).
 func (t *Tx) Escalate(ctx context.Context, a *Row, reason Reason, detail string) error {
 	escID := escalationID(a, reason)
 	tag, err := t.tx.Exec(ctx, q("escalation_insert"), escID, a.ID, a.TenantID, string(reason), string(EscalationOpen))

@@ -14,8 +14,8 @@ import (
 // the attempt as loaded under its intent lock and the cause, and returning a Step: the
 // attempt's new state and every effect as a value. Nothing here reads or writes the database;
 // the store (Tx.run) writes a Step as it is, in a fixed order, and no SQL decides a transition.
-// The rules are DESIGN.md's "Attempt states", "Timeout taxonomy", "Safe retry gate and blind
-// retries", "Reconciliation" and "Escalations".
+// The rules are docs/design.md#attempt-states, docs/design.md#timeout-taxonomy,
+// docs/design.md#safe-retry-gate, docs/design.md#reconciliation and "Escalations".
 
 // Env is what every cause is judged against: the transaction's database clock (now() — the
 // clock unknown_since, terminal_at and window_start are recorded on) and the provider's policy.
@@ -129,10 +129,10 @@ func ptr[T any](v T) *T { return &v }
 // us is t as PostgreSQL keeps it (microseconds), so the state computed here equals the stored one.
 func us(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
-// OnEvent is the transition for an attempt event carrying the attempt's own key (DESIGN.md
-// "Attempt states" table, out-of-order starts, provider references). cur is the attempt with
-// ev's key as loaded under the intent lock, nil when none exists; f is FactOf(ev); d is
-// ev.Digests() for a start (zero otherwise).
+// OnEvent is the transition for an attempt event carrying the attempt's own key
+// (docs/design.md#attempt-states table, out-of-order starts, provider references). cur is the
+// attempt with ev's key as loaded under the intent lock, nil when none exists; f is FactOf(ev); d
+// is ev.Digests() for a start (zero otherwise).
 func OnEvent(cur *Row, ev events.Attempt, f Fact, d events.Digests, env Env) Step {
 	var c *Current
 	if cur != nil {
@@ -308,8 +308,8 @@ func OnSettle(cur *Row, st Settlement, env Env) Step {
 		ApplyKept: cur.Status != StatusInProgress && !cur.Status.Terminal() && st.Source != SourceManual}
 }
 
-// OnDecision is the transition for a manual decision (DESIGN.md "Contract v1", manual
-// decisions). cur is the attempt as loaded, nil when it does not exist yet:
+// OnDecision is the transition for a manual decision (docs/design.md#cause-manual-decision). cur is
+// the attempt as loaded, nil when it does not exist yet:
 //   - kept (Keep): the attempt does not exist yet or is IN_PROGRESS;
 //   - rejected: it names another bookingIntentId than the attempt's: audited, an anomaly;
 //   - unchanged: it equals the current state: the anomaly escalations close (the decision's
@@ -346,7 +346,7 @@ func OnDecision(cur *Row, d events.Decision, env Env) Step {
 }
 
 // Stale reports whether a has been IN_PROGRESS longer than timeout, from when it was recorded
-// (DESIGN.md "Attempt states": inProgressTimeout).
+// (docs/design.md#attempt-states: inProgressTimeout).
 func Stale(a *Row, now time.Time, timeout time.Duration) bool {
 	return a.Status == StatusInProgress && a.CreatedAt.Before(now.Add(-timeout))
 }
@@ -375,7 +375,7 @@ func OnStale(cur *Row, now time.Time, timeout time.Duration, env Env) Step {
 	return s
 }
 
-// OnDeadline is the escalator's deadline check (DESIGN.md "Escalations"): an attempt UNKNOWN for
+// OnDeadline is the escalator's deadline check (docs/design.md#escalations): an attempt UNKNOWN for
 // longer than deadline, on the database clock (env.Now) from when the pipeline recorded it
 // UNKNOWN, is marked judged and escalated deadline_exceeded — unless an ambiguous_match or
 // no_lookup_capability escalation is open (escalations as loaded), which holds it back for good.
@@ -393,10 +393,10 @@ func OnDeadline(cur *Row, escalations map[Reason]EscalationState, deadline time.
 }
 
 // OnBegin is the Producer API's begin of version ev.OperationVersion of (intent, operation,
-// subject) (DESIGN.md Part 2, "Producer API"): an operation key that exists (cur) skips the gate
-// and is a started event (OnEvent); a new one is judged by the gate against its earlier versions
-// (siblings as loaded under the intent lock) at env.Now, and is either refused (Step.Refused,
-// nothing written) or created IN_PROGRESS, judged.
+// subject) (docs/design.md Part 2, "Producer API"): an operation key that exists (cur) skips the
+// gate and is a started event (OnEvent); a new one is judged by the gate against its earlier
+// versions (siblings as loaded under the intent lock) at env.Now, and is either refused
+// (Step.Refused, nothing written) or created IN_PROGRESS, judged.
 func OnBegin(cur *Row, siblings []*Row, ev events.Attempt, d events.Digests, env Env) Step {
 	f := FactOf(ev, nil)
 	if cur != nil {
@@ -419,7 +419,7 @@ func OnBegin(cur *Row, siblings []*Row, ev events.Attempt, d events.Digests, env
 // EscalationState is an escalation's state: open or closed ("" when none exists).
 type EscalationState string
 
-// The escalation states of DESIGN.md "Escalations".
+// The escalation states of docs/design.md#escalations.
 const (
 	EscalationOpen   EscalationState = "open"
 	EscalationClosed EscalationState = "closed"
@@ -491,7 +491,7 @@ var duplicateBookingOps = map[events.Operation]bool{events.OpBook: true, events.
 
 // DuplicateBookings returns the other CONFIRMED versions of a's (intent, operation, subject)
 // among siblings, when a is CONFIRMED and its operation is BOOK, PAYMENT_AUTHORIZE,
-// PAYMENT_CAPTURE or REFUND (DESIGN.md "Escalations": duplicate_booking escalates every one
+// PAYMENT_CAPTURE or REFUND (docs/design.md#escalations: duplicate_booking escalates every one
 // involved); nil otherwise.
 func DuplicateBookings(a *Row, siblings []*Row) []*Row {
 	if a.Status != StatusConfirmed || !duplicateBookingOps[a.Operation] {
@@ -513,7 +513,7 @@ type GateJudgement struct {
 	Reason GateReason
 }
 
-// GateJudgements judges the safe retry gate (DESIGN.md "Safe retry gate and blind retries") for
+// GateJudgements judges the safe retry gate (docs/design.md#safe-retry-gate) for
 // every version of changed's (intent, operation, subject) that needs it after changed was
 // written: later versions already judged (an earlier version was created or settled), and
 // changed itself when judgeSelf. Versions 1 and those already raised as blind retries are never
@@ -544,7 +544,7 @@ func GateJudgements(changed *Row, siblings []*Row, judgeSelf bool, maxVersions f
 }
 
 // The causes of an audit row (attempt_transition.cause) and who closed an escalation
-// (escalation.closed_by): DESIGN.md "Storage rules" — an event, a lookup, or actor + reason.
+// (escalation.closed_by): docs/design.md#storage-rules — an event, a lookup, or actor + reason.
 const (
 	CauseEvent   = "event"
 	CauseLookup  = "lookup"

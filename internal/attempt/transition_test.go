@@ -1,8 +1,8 @@
 package attempt
 
 // Table tests of the transition function (transition.go, ladder.go) — no PostgreSQL: every row
-// of DESIGN.md's transition table, the timeout taxonomy, the gate, the ladder and the escalation
-// lifecycle, with the exact state and effects each returns.
+// of docs/design.md's transition table, the timeout taxonomy, the gate, the ladder and the
+// escalation lifecycle, with the exact state and effects each returns.
 
 import (
 	"errors"
@@ -132,7 +132,7 @@ func shapeOf(s Step) shape {
 	return sh
 }
 
-// TestTransitionTable: every cell of DESIGN.md "Attempt states" for events carrying the
+// TestTransitionTable: every cell of docs/design.md#attempt-states for events carrying the
 // attempt's own key, plus the rules under it (out-of-order starts, provider and intent
 // conflicts, a repeated outcome_unknown bringing a reference).
 func TestTransitionTable(t *testing.T) {
@@ -311,7 +311,7 @@ func TestTransitionState(t *testing.T) {
 	})
 }
 
-// TestTimeoutTaxonomy: DESIGN.md "Timeout taxonomy" and the transport-timeout rule.
+// TestTimeoutTaxonomy: docs/design.md#timeout-taxonomy and the transport-timeout rule.
 func TestTimeoutTaxonomy(t *testing.T) {
 	f, tr := ptr(false), ptr(true)
 	cases := []struct {
@@ -361,7 +361,7 @@ func sibling(v int, st Status, src Source, retryable bool, failedAt time.Time) S
 	return Sibling{Version: v, Status: st, Source: src, Retryable: retryable, FailedFactAt: failedAt}
 }
 
-// TestSafeRetryGate: DESIGN.md "Safe retry gate and blind retries".
+// TestSafeRetryGate: docs/design.md#safe-retry-gate.
 func TestSafeRetryGate(t *testing.T) {
 	start := t0
 	before := t0.Add(-time.Minute)
@@ -440,7 +440,7 @@ func TestGateJudgements(t *testing.T) {
 	}
 }
 
-// TestLadder: DESIGN.md "Reconciliation", the ladder's rungs in order.
+// TestLadder: docs/design.md#reconciliation, the ladder's rungs in order.
 func TestLadder(t *testing.T) {
 	ref, cr, fp := providers.LookupProviderReference, providers.LookupClientReference, providers.LookupFingerprint
 	all := []providers.LookupKind{fp, cr, ref}

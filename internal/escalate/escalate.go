@@ -2,8 +2,8 @@
 // UNKNOWN longer than their deadline (per provider and operation, from the capability map),
 // measured on the database clock from when the pipeline recorded the attempt UNKNOWN, and not
 // while an ambiguous_match or no_lookup_capability escalation is open for the attempt
-// (DESIGN.md "Escalations"). The escalation row and its escalation.opened outbox row commit
-// together; the (attempt, reason) UNIQUE key makes it exactly once.
+// (docs/design.md#cause-escalator-deadline). The escalation row and its escalation.opened outbox
+// row commit together; the (attempt, reason) UNIQUE key makes it exactly once.
 //
 // Several escalators may run at once: candidates are read without locks, and each is judged in
 // its own transaction that locks the intent, re-reads the attempt and re-checks the condition.

@@ -281,7 +281,7 @@ func (in *Ingester) applyValid(ctx context.Context, tx pgx.Tx, it *item, res *ba
 }
 
 // countAttempt counts a valid attempt record, and a Kafka key that differs from its
-// bookingIntentId (processed normally, counted and logged: DESIGN.md "Contract v1").
+// bookingIntentId (processed normally, counted and logged: docs/design.md#contract-v1).
 func (in *Ingester) countAttempt(it *item, mtopic string, res *batchResult) {
 	a := it.attempt
 	res.consumed[[2]string{mtopic, string(a.EventType)}]++

@@ -9,9 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/ingest"
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 

@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
-	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 )
 
 // proc is one cmd/ingester subprocess.

@@ -18,11 +18,11 @@ const ReasonProcessingFailed = "processing_failed"
 
 // deadLetter writes the record to its dead-letter topic through the outbox: original key and
 // bytes (a null value stays null), the reason and origin in headers, keyed by source position
-// (DESIGN.md "Contract v1"). It runs under a savepoint: should PostgreSQL refuse the dead letter
-// itself (postgres.IsDataError), it is written again with a fixed detail (DetailDeadLetterRewritten and
-// the SQLSTATE), the reason and the original bytes kept, so a record whose dead letter cannot be
-// written as built never stalls its partition and is never mistaken for an outage. Any other
-// failure is returned: the batch pauses and is retried.
+// (docs/design.md#dead-letters). It runs under a savepoint: should PostgreSQL refuse the dead
+// letter itself (postgres.IsDataError), it is written again with a fixed detail
+// (DetailDeadLetterRewritten and the SQLSTATE), the reason and the original bytes kept, so a record
+// whose dead letter cannot be written as built never stalls its partition and is never mistaken for
+// an outage. Any other failure is returned: the batch pauses and is retried.
 func (in *Ingester) deadLetter(ctx context.Context, tx pgx.Tx, r *kgo.Record, reason, detail string, res *batchResult) error {
 	insert := func(detail string) error {
 		return postgres.Savepoint(ctx, tx, func(sp pgx.Tx) error { return outbox.Insert(ctx, sp, in.deadLetterMessage(r, reason, detail)) })

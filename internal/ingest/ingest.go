@@ -1,9 +1,9 @@
 // Package ingest is the ingester: a franz-go consumer group on booking.attempts.v1 and
 // booking.manual-decisions.v1 with auto-commit off. Per poll it runs one PostgreSQL transaction
 // for the batch — insert-first dedup rows, state transitions, audit, anomaly, escalation and
-// outbox rows — and commits the offsets only after the database commit (DESIGN.md "Shape",
-// "Storage rules"). Each record runs under a savepoint, so one record that fails for a reason
-// of its own is dead-lettered without poisoning its batch; an outage of PostgreSQL or Kafka
+// outbox rows — and commits the offsets only after the database commit (docs/design.md#shape,
+// docs/design.md#storage-rules). Each record runs under a savepoint, so one record that fails for a
+// reason of its own is dead-lettered without poisoning its batch; an outage of PostgreSQL or Kafka
 // pauses the batch and retries it, never dead-letters it.
 //
 // The data path, file by file: consume.go polls a batch, pauses it while PostgreSQL or Kafka is

@@ -7,7 +7,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/attempt"
 )
 
-// Metrics are the ingester's series (DESIGN.md "Observability"); every label combination is
+// Metrics are the ingester's series (docs/design.md#observability); every label combination is
 // pre-created from the enums.
 type Metrics struct {
 	Consumed            *prometheus.CounterVec // topic, event_type

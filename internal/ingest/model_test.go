@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
 )
 
 // The generated workload: every intent follows one of five scenarios of four events each, built

@@ -18,11 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/ingest/testsignal"
-	"github.com/bookrecon/bookrecon/internal/loadgen"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )

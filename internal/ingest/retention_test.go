@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/processedevent"
 )
 

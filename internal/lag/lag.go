@@ -8,8 +8,8 @@
 //     service exports it: the ingester);
 //   - bookrecon_unknown_overdue_records: UNKNOWN attempts past their escalation deadline (per
 //     provider and operation, from the capability map) that the escalator has not judged yet —
-//     neither settled nor handed to a person, which DESIGN.md promise 3 forbids. It is exported
-//     by the ingester so that it still reports when the escalator is down.
+//     neither settled nor handed to a person, which promise 3 of docs/design.md#promises forbids.
+//     It is exported by the ingester so that it still reports when the escalator is down.
 //
 // A scrape runs at most one collection at a time, bounded by Config.Timeout; a result younger
 // than Config.MinInterval is served again, so several scrapers cost one round of queries. A

@@ -3,7 +3,7 @@ package outbox
 import (
 	"testing"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 // TestStatementsPrepare prepares every statement of sql/outbox.sql against the migrated schema.

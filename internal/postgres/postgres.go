@@ -1,6 +1,6 @@
 // Package postgres builds the pgx pool from configuration, runs short explicit transactions
 // (WithTx) and classifies SQLSTATEs: 40001 (serialization_failure) and 40P01 (deadlock_detected)
-// retry the whole transaction with a bound and jitter (DESIGN.md "Storage rules").
+// retry the whole transaction with a bound and jitter (docs/design.md#sqlstate-classes).
 package postgres
 
 import (

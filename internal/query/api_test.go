@@ -1,11 +1,13 @@
 package query_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -20,11 +22,14 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
+	"github.com/bookrecon/bookrecon/internal/auth"
+	"github.com/bookrecon/bookrecon/internal/auth/authtest"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/providers"
 )
 
-// TestRetryGate asks the gate about every case of DESIGN.md "Safe retry gate and blind retries",
+// TestRetryGate asks the gate about every case of docs/design.md#safe-retry-gate,
 // each on its own intent seeded through the pipeline's own state machine, and compares the
 // exact JSON answer.
 func TestRetryGate(t *testing.T) {
@@ -361,33 +366,35 @@ func TestIntentStatus(t *testing.T) {
 		},
 		{
 			name: "NoAttempt", intent: "bi_nothing", seed: func(*testing.T, string) {},
-			wantCode: 404, want: `{"error":"not_found","message":"the intent has no BOOK attempt"}`,
+			wantCode: 404, want: prob(http.StatusNotFound, "not_found", "the intent has no BOOK attempt"),
 		},
 		{
 			name: "OnlyPaymentAttempts", intent: "bi_only_payment",
 			seed: func(t *testing.T, i string) {
 				b.apply(t, ev{typ: events.EventStarted, intent: i, op: events.OpPaymentAuthorize, provider: "sim-pay", at: -10 * m})
 			},
-			wantCode: 404, want: `{"error":"not_found","message":"the intent has no BOOK attempt"}`,
+			wantCode: 404, want: prob(http.StatusNotFound, "not_found", "the intent has no BOOK attempt"),
 		},
 		{
 			name: "OtherTenant", intent: "bi_confirmed_elsewhere", tenant: "t_2",
 			seed: func(t *testing.T, i string) {
 				b.apply(t, started(i, 1, -10*m), succeededEv(i, 1, -9*m, "HTL-3"))
 			},
-			wantCode: 404, want: `{"error":"not_found","message":"the intent has no BOOK attempt"}`,
+			wantCode: 404, want: prob(http.StatusNotFound, "not_found", "the intent has no BOOK attempt"),
 		},
 		{
+			// Authorization comes before validation: no token acts for a tenant that is not
+			// one (the 400 invalid_tenant is TestValidationErrors').
 			name: "InvalidTenant", intent: "bi_x", tenant: "t.1", seed: func(*testing.T, string) {},
-			wantCode: 400, want: `{"error":"invalid_tenant","message":"tenant must match [A-Za-z0-9_-]{1,64}"}`,
+			wantCode: 403, want: prob(http.StatusForbidden, "forbidden", "the token does not act for this tenant"),
 		},
 		{
 			name: "InvalidIntentTooLong", intent: strings.Repeat("i", 65), seed: func(*testing.T, string) {},
-			wantCode: 400, want: `{"error":"invalid_intent","message":"intent must match [A-Za-z0-9_-]{1,64}"}`,
+			wantCode: 400, want: prob(http.StatusBadRequest, "invalid_intent", "intent must match [A-Za-z0-9_-]{1,64}"),
 		},
 		{
 			name: "InvalidIntentCharacter", intent: "bi%21", seed: func(*testing.T, string) {},
-			wantCode: 400, want: `{"error":"invalid_intent","message":"intent must match [A-Za-z0-9_-]{1,64}"}`,
+			wantCode: 400, want: prob(http.StatusBadRequest, "invalid_intent", "intent must match [A-Za-z0-9_-]{1,64}"),
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -399,11 +406,11 @@ func TestIntentStatus(t *testing.T) {
 			if code != tt.wantCode || body != want {
 				t.Errorf("GET %s = %d %s\nwant %d %s", path, code, body, tt.wantCode, want)
 			}
-			var got struct{ Status string }
+			var got struct{ Status any } // a problem's status is its HTTP code
 			if err := json.Unmarshal([]byte(body), &got); err != nil {
 				t.Fatal(err)
 			}
-			if code == http.StatusOK && !slices.Contains([]string{"confirmed", "failed", "being_verified"}, got.Status) {
+			if code == http.StatusOK && !slices.Contains([]any{"confirmed", "failed", "being_verified"}, got.Status) {
 				t.Errorf("status %q is not traveller-facing", got.Status)
 			}
 		})
@@ -419,34 +426,34 @@ func TestRetryGateBadRequests(t *testing.T) {
 		name, path string
 		want       string
 	}{
+		// Authorization comes before validation: a t_1 token on a tenant that is not one is
+		// refused as a foreign tenant (the 400 invalid_tenant is TestValidationErrors').
 		{"InvalidTenant", "/v1/tenants/t%20one/intents/bi_1/operations/BOOK/retry-gate",
-			`{"error":"invalid_tenant","message":"tenant must match [A-Za-z0-9_-]{1,64}"}`},
+			prob(http.StatusForbidden, "forbidden", "the token does not act for this tenant")},
 		{"TenantTooLong", "/v1/tenants/" + strings.Repeat("t", 65) + "/intents/bi_1/operations/BOOK/retry-gate",
-			`{"error":"invalid_tenant","message":"tenant must match [A-Za-z0-9_-]{1,64}"}`},
+			prob(http.StatusForbidden, "forbidden", "the token does not act for this tenant")},
 		{"InvalidIntent", "/v1/tenants/t_1/intents/bi:1/operations/BOOK/retry-gate",
-			`{"error":"invalid_intent","message":"intent must match [A-Za-z0-9_-]{1,64}"}`},
+			prob(http.StatusBadRequest, "invalid_intent", "intent must match [A-Za-z0-9_-]{1,64}")},
 		{"UnknownOperation", "/v1/tenants/t_1/intents/bi_1/operations/UPGRADE/retry-gate",
-			`{"error":"invalid_operation","message":"operation must be one of BOOK, PAYMENT_AUTHORIZE, PAYMENT_CAPTURE, MODIFY, CANCEL, REFUND"}`},
+			prob(http.StatusBadRequest, "invalid_operation", "operation must be one of BOOK, PAYMENT_AUTHORIZE, PAYMENT_CAPTURE, MODIFY, CANCEL, REFUND")},
 		{"LowerCaseOperation", "/v1/tenants/t_1/intents/bi_1/operations/book/retry-gate",
-			`{"error":"invalid_operation","message":"operation must be one of BOOK, PAYMENT_AUTHORIZE, PAYMENT_CAPTURE, MODIFY, CANCEL, REFUND"}`},
+			prob(http.StatusBadRequest, "invalid_operation", "operation must be one of BOOK, PAYMENT_AUTHORIZE, PAYMENT_CAPTURE, MODIFY, CANCEL, REFUND")},
 		{"CancelWithoutSubject", "/v1/tenants/t_1/intents/bi_1/operations/CANCEL/retry-gate",
-			`{"error":"missing_subject","message":"subject is required for CANCEL: the booking or payment acted on"}`},
+			prob(http.StatusBadRequest, "missing_subject", "subject is required for CANCEL: the booking or payment acted on")},
 		{"ModifyEmptySubject", "/v1/tenants/t_1/intents/bi_1/operations/MODIFY/retry-gate?subject=",
-			`{"error":"missing_subject","message":"subject is required for MODIFY: the booking or payment acted on"}`},
+			prob(http.StatusBadRequest, "missing_subject", "subject is required for MODIFY: the booking or payment acted on")},
 		{"RefundInvalidSubject", "/v1/tenants/t_1/intents/bi_1/operations/REFUND/retry-gate?subject=pay%2F1",
-			`{"error":"invalid_subject","message":"subject must match [A-Za-z0-9_-]{1,64}"}`},
+			prob(http.StatusBadRequest, "invalid_subject", "subject must match [A-Za-z0-9_-]{1,64}")},
 		{"BookOtherSubject", "/v1/tenants/t_1/intents/bi_1/operations/BOOK/retry-gate?subject=bi_2",
-			`{"error":"invalid_subject","message":"subject must be the bookingIntentId (or absent) for BOOK"}`},
+			prob(http.StatusBadRequest, "invalid_subject", "subject must be the bookingIntentId (or absent) for BOOK")},
 		{"UnknownRoute", "/v1/tenants/t_1/bookings/bi_1",
-			`{"error":"not_found","message":"no such route"}`},
+			prob(http.StatusNotFound, "not_found", "no such route")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			code, body := b.get(t, tt.path)
-			wantCode := http.StatusBadRequest
-			if tt.name == "UnknownRoute" {
-				wantCode = http.StatusNotFound
-			}
+			wantCode := cmp.Or(map[string]int{"UnknownRoute": http.StatusNotFound, "InvalidTenant": http.StatusForbidden,
+				"TenantTooLong": http.StatusForbidden}[tt.name], http.StatusBadRequest)
 			if code != wantCode || body != tt.want+"\n" {
 				t.Errorf("GET %s = %d %s\nwant %d %s", tt.path, code, body, wantCode, tt.want)
 			}
@@ -455,8 +462,10 @@ func TestRetryGateBadRequests(t *testing.T) {
 	t.Run("MethodNotAllowed", func(t *testing.T) {
 		t.Parallel()
 		rec := httptest.NewRecorder()
-		b.api.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/tenants/t_1/intents/bi_1", nil))
-		want := `{"error":"method_not_allowed","message":"the API only answers GET and HEAD"}` + "\n"
+		req := httptest.NewRequest(http.MethodPost, "/v1/tenants/t_1/intents/bi_1", nil)
+		req.Header.Set("Authorization", "Bearer "+b.token["t_1"])
+		b.api.ServeHTTP(rec, req)
+		want := prob(http.StatusMethodNotAllowed, "method_not_allowed", "the API only answers GET and HEAD") + "\n"
 		if rec.Code != http.StatusMethodNotAllowed || rec.Body.String() != want || rec.Header().Get("Allow") != "GET, HEAD" {
 			t.Errorf("POST = %d %q Allow %q, want 405 %q", rec.Code, rec.Body.String(), rec.Header().Get("Allow"), want)
 		}
@@ -475,8 +484,8 @@ func TestGateMetricsPreCreated(t *testing.T) {
 	if n := testutil.CollectAndCount(m.GateAnswers); n != 6*7 {
 		t.Errorf("%d gate series, want 42 (6 operations × 7 reasons)", n)
 	}
-	if n := testutil.CollectAndCount(m.Requests); n != 3*4 {
-		t.Errorf("%d request series, want 12", n)
+	if n := testutil.CollectAndCount(m.Requests); n != 3*6 {
+		t.Errorf("%d request series, want 18 (3 routes × 200, 400, 401, 403, 404, 500)", n)
 	}
 	// The spec, written out: no_attempt and safe_retry allow, the other five refuse.
 	allowed := map[string]string{"no_attempt": "true", "safe_retry": "true", "earlier_in_progress": "false",
@@ -523,46 +532,121 @@ func TestJudgeIsPure(t *testing.T) {
 	}
 }
 
-// TestRun serves the API with its admin endpoints on a real listener, on a pool of its own, and
-// stops it.
+// TestRun serves the API and, on their own address, its admin endpoints on real listeners, on
+// a pool of its own, re-reads the tokens file on change, and stops.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
-	addrc := make(chan string, 1)
+	path, toks := authtest.File(t, authtest.Reader("t_1", "checkout"))
+	tokens, err := auth.Open(path, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrc, adminc := make(chan string, 1), make(chan string, 1)
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Go(func() {
-		runErr = query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: b.pool.Config().ConnString()}, Addr: "127.0.0.1:0", Providers: b.caps},
-			query.Deps{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminStarted: func(a string) { addrc <- a }})
+		runErr = query.Run(ctx, query.Config{Infra: service.Infra{DatabaseURL: b.pool.Config().ConnString(), AdminAddr: "127.0.0.1:0"},
+			Addr: "127.0.0.1:0", Started: func(a string) { addrc <- a }, Providers: b.caps, Tokens: tokens},
+			query.Deps{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminStarted: func(a string) { adminc <- a }})
 	})
-	addr := <-addrc
+	addr, admin := <-addrc, <-adminc
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	for _, c := range []struct {
-		path     string
-		code     int
-		contains string
-	}{
-		{"/livez", 200, "ok"},
-		{"/readyz", 200, "ok"},
-		{"/v1/tenants/t_1/intents/bi_none/operations/BOOK/retry-gate", 200, `"reason":"no_attempt"`},
-		{"/metrics", 200, `bookrecon_retry_gate_answers_total{allowed="true",operation="BOOK",reason="no_attempt"} 1`},
-		{"/v1/tenants/t_1/intents/bi_none", 404, `"not_found"`},
-	} {
-		resp, err := client.Get("http://" + addr + c.path)
+	get := func(url, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != c.code || !strings.Contains(string(body), c.contains) {
-			t.Errorf("GET %s = %d %s, want %d containing %s", c.path, resp.StatusCode, body, c.code, c.contains)
+		return resp.StatusCode, string(body)
+	}
+	for _, c := range []struct {
+		url, token string
+		code       int
+		contains   string
+	}{
+		{"http://" + admin + "/livez", "", 200, "ok"},
+		{"http://" + admin + "/readyz", "", 200, "ok"},
+		{"http://" + addr + "/v1/tenants/t_1/intents/bi_none/operations/BOOK/retry-gate", toks[0], 200, `"reason":"no_attempt"`},
+		{"http://" + admin + "/metrics", "", 200, `bookrecon_retry_gate_answers_total{allowed="true",operation="BOOK",reason="no_attempt"} 1`},
+		{"http://" + addr + "/v1/tenants/t_1/intents/bi_none", toks[0], 404,
+			`{"type":"about:blank","title":"Not Found","status":404,"code":"not_found","detail":"the intent has no BOOK attempt"}`},
+		{"http://" + addr + "/v1/tenants/t_1/intents/bi_none", "", 401, `"code":"unauthenticated"`},
+		// The admin endpoints are not on the API's address.
+		{"http://" + addr + "/metrics", toks[0], 404, `"detail":"no such route"`},
+		{"http://" + addr + "/readyz", "", 401, `"code":"unauthenticated"`},
+		{"http://" + admin + "/metrics", "", 200, `bookrecon_auth_denials_total{reason="missing"} 2`},
+	} {
+		if code, body := get(c.url, c.token); code != c.code || !strings.Contains(body, c.contains) {
+			t.Errorf("GET %s = %d %s, want %d containing %s", c.url, code, body, c.code, c.contains)
 		}
+	}
+	// A token added to the file is accepted without a restart (Run watches the file).
+	f, err := auth.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, hash := auth.NewToken()
+	f.Tokens = append(f.Tokens, auth.Entry{SHA256: hash, Tenant: "t_1", Principal: "new", Scopes: []auth.Scope{auth.ScopeAttemptsRead}})
+	if err := auth.WriteFile(path, f); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for code, _ := get("http://"+addr+"/v1/tenants/t_1/intents/bi_none", tok); code != 404; code, _ = get("http://"+addr+"/v1/tenants/t_1/intents/bi_none", tok) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the added token still gets %d after 5s", code)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	wg.Wait()
 	if runErr != nil {
 		t.Errorf("Run = %v, want nil after cancel", runErr)
+	}
+}
+
+// TestRunRefuses checks what stops Run at once, before it dials PostgreSQL (here a closed
+// port, which Run would wait out): no admin address, and an API address in use.
+func TestRunRefuses(t *testing.T) {
+	t.Parallel()
+	path, _ := authtest.File(t)
+	tokens, err := auth.Open(path, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	closedDB := service.Infra{DatabaseURL: "postgres://bookrecon@127.0.0.1:1/bookrecon?sslmode=disable"}
+	noAdmin, adminFree := closedDB, closedDB
+	noAdmin.AdminAddr, adminFree.AdminAddr = "-", "127.0.0.1:0"
+	for _, tt := range []struct {
+		name string
+		cfg  query.Config
+		want string
+	}{
+		{"NoAdminAddr", query.Config{Infra: noAdmin, Addr: "127.0.0.1:0", Providers: &providers.Map{}, Tokens: tokens},
+			`query: Config.AdminAddr must not be "-": /metrics, /livez and /readyz are served only there, never on the API's address`},
+		{"AddrInUse", query.Config{Infra: adminFree, Addr: busy.Addr().String(), Providers: &providers.Map{}, Tokens: tokens},
+			"query API address " + busy.Addr().String() + ": listen tcp " + busy.Addr().String() +
+				": bind: address already in use (is another process listening there? choose another with BOOKRECON_QUERY_ADDR)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := query.Run(ctx, tt.cfg, query.Deps{Logger: slog.New(slog.DiscardHandler)}); err == nil || err.Error() != tt.want {
+				t.Errorf("Run = %v, want %s", err, tt.want)
+			}
+		})
 	}
 }

@@ -1,18 +1,23 @@
 // Package query is bookrecon's read side: the answers booking services and ops people ask of
 // PostgreSQL, never a write.
 //
-// For booking services it serves a read-only HTTP API (API, Run; DESIGN.md "Query API"):
+// For booking services it serves a read-only HTTP API (API, Run; docs/design.md#query-api):
 //
 //	GET /v1/tenants/{tenant}/intents/{intent}
 //	    → {"tenantId","bookingIntentId","status","canBuyAgain","latestVersion"}
 //	GET /v1/tenants/{tenant}/intents/{intent}/operations/{operation}/retry-gate[?subject=S]
 //	    → {"allowed","reason","latestVersion","latestStatus"}
 //
+// Every route first authorizes the request (internal/auth: a bearer token with attempts:read for
+// the path's tenant; 401 unauthenticated, 403 forbidden), before it validates anything; every
+// error is an RFC 9457 problem (internal/problem; docs/api.md). Run serves /metrics, /livez and
+// /readyz on the admin address, never on the API's.
+//
 // The status is the traveller-facing state of the intent's highest BOOK version: confirmed,
 // failed, or being_verified for IN_PROGRESS and UNKNOWN (the word "unknown" never reaches a
 // traveller). canBuyAgain is the retry gate's answer for BOOK.
 //
-// The retry gate (Gate, Judge) answers DESIGN.md "Safe retry gate and blind retries" for the next
+// The retry gate (Gate, Judge) answers docs/design.md#safe-retry-gate for the next
 // version of (intent, operation, subject): version latest+1 is judged with attempt.SafeRetry
 // against every stored version, with its start = now and maxVersions from the capability map
 // entry of the latest version's provider. It is the same rule the pipeline applies when that

@@ -24,14 +24,15 @@ type DB interface {
 // attempt (Status), an escalation (EscalationByID), an attempt (History).
 var ErrNotFound = errors.New("query: not found")
 
-// idPattern is the format of tenantId, bookingIntentId and key subjects (DESIGN.md "Identities").
+// idPattern is the format of tenantId, bookingIntentId and key subjects
+// (docs/design.md#identities).
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidID reports whether s matches [A-Za-z0-9_-]{1,64}, the format of tenant ids, booking
 // intent ids and key subjects.
 func ValidID(s string) bool { return idPattern.MatchString(s) }
 
-// GateReasons are the seven reasons the retry gate answers with (DESIGN.md "Query API"), in
+// GateReasons are the seven reasons the retry gate answers with (docs/design.md#query-api), in
 // that order; the first two allow a new version.
 func GateReasons() []attempt.GateReason {
 	return []attempt.GateReason{attempt.GateNoAttempt, attempt.GateSafeRetry, attempt.GateEarlierInProgress,
@@ -44,7 +45,7 @@ func Allows(r attempt.GateReason) bool {
 	return r == attempt.GateNoAttempt || r == attempt.GateSafeRetry
 }
 
-// PublicReason maps the state machine's gate reasons onto the seven of DESIGN.md "Query API":
+// PublicReason maps the state machine's gate reasons onto the seven of docs/design.md#query-api:
 //
 //   - earlier_missing (an earlier version has no row) → earlier_unknown: "a missing earlier
 //     version is not FAILED" — its events may still be in flight or lost, and nothing proves it
@@ -208,7 +209,7 @@ func Gate(ctx context.Context, db DB, caps *providers.Map, s Subject, now time.T
 	return Judge(vs, caps, now), nil
 }
 
-// TravellerStatus is what a traveller may be told about a booking (DESIGN.md "Query API").
+// TravellerStatus is what a traveller may be told about a booking (docs/design.md#query-api).
 type TravellerStatus string
 
 // The traveller-facing statuses. UNKNOWN is never shown as such: "we are verifying your

@@ -1,12 +1,14 @@
 package query_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/auth"
+	"github.com/bookrecon/bookrecon/internal/auth/authtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/providers"
@@ -42,14 +46,19 @@ const testMap = `providers:
     lookups: []
 `
 
-// bundle is one test's database, capability map, API and clock.
+// bundle is one test's database, capability map, tokens, API and clock.
 type bundle struct {
-	pool *pgxpool.Pool
-	caps *providers.Map
-	cfg  *attempt.Config
-	api  *query.API
-	reg  *prometheus.Registry
-	now  time.Time // the pipeline's reference time: events occur around it
+	pool   *pgxpool.Pool
+	caps   *providers.Map
+	cfg    *attempt.Config
+	tokens *auth.Tokens
+	// token is an attempts:read token by tenant (t_1, t_2); writer is a t_2 token with
+	// attempts:write only.
+	token  map[string]string
+	writer string
+	api    *query.API
+	reg    *prometheus.Registry
+	now    time.Time // the pipeline's reference time: events occur around it
 }
 
 func setup(t *testing.T) *bundle {
@@ -69,7 +78,11 @@ func setup(t *testing.T) *bundle {
 	}
 	b := &bundle{pool: pgtest.NewPool(t), caps: caps, cfg: &attempt.Config{Policies: pol},
 		reg: prometheus.NewRegistry(), now: time.Now().UTC().Truncate(time.Millisecond)}
-	b.api, err = query.New(query.Config{Providers: caps}, b.pool, slog.New(slog.DiscardHandler), b.reg)
+	var toks []string
+	b.tokens, toks = authtest.Open(t, authtest.Reader("t_1", "checkout"), authtest.Reader("t_2", "checkout"),
+		authtest.Grant{Tenant: "t_2", Principal: "producer", Scopes: []auth.Scope{auth.ScopeAttemptsWrite}})
+	b.token, b.writer = map[string]string{"t_1": toks[0], "t_2": toks[1]}, toks[2]
+	b.api, err = query.New(query.Config{Providers: caps, Tokens: b.tokens}, b.pool, slog.New(slog.DiscardHandler), b.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,13 +203,30 @@ func (b *bundle) decide(t *testing.T, intent, key string, fields map[string]any)
 	}
 }
 
-// get serves one GET through the API and returns the status code and body.
+// get serves one GET through the API as a reader of the path's tenant (t_1's for any other
+// tenant) and returns the status code and body; the Content-Type must be application/json for
+// a 200 and application/problem+json otherwise.
 func (b *bundle) get(t *testing.T, path string) (int, string) {
 	t.Helper()
+	tenant, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1/tenants/"), "/")
+	return b.getAs(t, cmp.Or(b.token[tenant], b.token["t_1"]), path)
+}
+
+// getAs serves one GET through the API with Authorization: Bearer token ("": none).
+func (b *bundle) getAs(t *testing.T, token, path string) (int, string) {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	b.api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
-		t.Errorf("GET %s: Content-Type %q, want application/json", path, ct)
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	b.api.ServeHTTP(rec, req)
+	want := "application/json"
+	if rec.Code != http.StatusOK {
+		want = "application/problem+json"
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != want {
+		t.Errorf("GET %s: Content-Type %q, want %s", path, ct, want)
 	}
 	return rec.Code, rec.Body.String()
 }

@@ -16,7 +16,7 @@ const (
 )
 
 // responseCodes are the status codes the API writes, the bounded values of the code label.
-var responseCodes = []int{200, 400, 404, 500}
+var responseCodes = []int{200, 400, 401, 403, 404, 500}
 
 // Metrics are the query API's Prometheus series, every label combination pre-created.
 type Metrics struct {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/bookrecon/bookrecon/events"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/providers"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
@@ -161,8 +161,8 @@ type chaosAttempt struct {
 //
 // Stale not-found is not injected at the authoritative providers: there the capability map
 // promises that a not-found after the consistency window means "never created", and the
-// reconciler believes it, as DESIGN.md says it must (see TestChaosStaleNotFoundAtAuthoritative…
-// and docs/reconciler.md).
+// reconciler believes it, as docs/design.md#judging-an-answer says it must (see
+// TestChaosStaleNotFoundAtAuthoritative… and docs/reconciler.md).
 //
 // Asserted: every attempt terminal; every CONFIRMED/FAILED agrees with the truth (status,
 // source, reference); zero FAILED for a booking that exists; every authoritative_not_found came
@@ -412,9 +412,9 @@ func TestChaosProviderFaultsNeverMisSettle(t *testing.T) {
 // TestChaosStaleNotFoundAtAuthoritativeProviderIsBelieved pins the trap the chaos test
 // avoids: sim-hotels declares authoritativeNotFound with a 0 s consistency window, so when it
 // answers "not found" for a booking it holds (a stale answer after the window), the reconciler
-// marks the attempt FAILED (authoritative_not_found), as DESIGN.md prescribes. A provider whose
-// not-found can be stale must declare a consistencyWindow that covers it, or
-// authoritativeNotFound: false.
+// marks the attempt FAILED (authoritative_not_found), as docs/design.md#judging-an-answer
+// prescribes. A provider whose not-found can be stale must declare a consistencyWindow that covers
+// it, or authoritativeNotFound: false.
 func TestChaosStaleNotFoundAtAuthoritativeProviderIsBelieved(t *testing.T) {
 	t.Parallel()
 	spec := attemptSpec{Tenant: "t_trap", Intent: "bi_trap", Provider: "sim-hotels", ClientRef: "cr_trap", Traveller: "tr_trap", Stay: hotelStay(1)}

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
 
 // TestDatabaseClockFloor: a reconciler whose clock runs an hour ahead of the database sees an
 // authoritative not-found whose consistency window has passed on its own clock but not on the
-// database's: it must not record FAILED (skew may only delay a FAILED, DESIGN.md
-// "Reconciliation"). Once the window has passed on the database clock too, it does.
+// database's: it must not record FAILED (skew may only delay a FAILED,
+// docs/design.md#judging-an-answer). Once the window has passed on the database clock too, it does.
 func TestDatabaseClockFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

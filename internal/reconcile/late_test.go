@@ -245,7 +245,7 @@ func TestLateVerdictAfterLostLease(t *testing.T) {
 			truth: []providers.Record{record("HTL-LE", "cr_le", providers.StatusConfirmed, time.Now().Add(-time.Hour), "")},
 			takeOver: func(ctx context.Context, o *oneAttempt, b *reconcile.Reconciler, spec attemptSpec) error {
 				if got, err := b.Claim(ctx, 1); err != nil || len(got) != 1 {
-					return fmt.Errorf("B claimed %d: %v", len(got), err)
+					return fmt.Errorf("B claimed %d: %w", len(got), err)
 				}
 				_, err := tryApplyEvent(ctx, o.pool, o.scfg, spec.Outcome("ko", "attempt.failed", time.Now(),
 					map[string]any{"failureCode": "SOLD_OUT", "retryable": false}))
@@ -261,7 +261,7 @@ func TestLateVerdictAfterLostLease(t *testing.T) {
 			truth: []providers.Record{record("HTL-LU", "cr_lu", providers.StatusConfirmed, time.Now().Add(-time.Hour), "")},
 			takeOver: func(ctx context.Context, _ *oneAttempt, b *reconcile.Reconciler, _ attemptSpec) error {
 				if got, err := b.Claim(ctx, 1); err != nil || len(got) != 1 {
-					return fmt.Errorf("B claimed %d: %v", len(got), err)
+					return fmt.Errorf("B claimed %d: %w", len(got), err)
 				}
 				return nil
 			},

@@ -15,7 +15,7 @@ import (
 	"github.com/bookrecon/bookrecon/providers"
 )
 
-// Metrics are the reconciler's series (DESIGN.md "Observability"), pre-created from the enums
+// Metrics are the reconciler's series (docs/design.md#observability), pre-created from the enums
 // and the capability map.
 type Metrics struct {
 	// reg registers OldestUnknown once its first value is computed (see observeOldest).

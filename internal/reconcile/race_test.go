@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bookrecon/bookrecon/internal/attempt"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/reconcile"
 	"github.com/bookrecon/bookrecon/providers"

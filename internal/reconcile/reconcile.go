@@ -1,7 +1,7 @@
 // Package reconcile is the reconciler: it claims due UNKNOWN attempts in one statement
 // (FOR UPDATE SKIP LOCKED, lease owner + expiry + fencing token), commits the claim, asks the
 // provider outside any transaction, and writes the verdict or the next check time in a
-// transaction fenced by the lease token (DESIGN.md "Reconciliation"). It also turns attempts
+// transaction fenced by the lease token (docs/design.md#reconciliation). It also turns attempts
 // stuck IN_PROGRESS past inProgressTimeout UNKNOWN (stale_in_progress).
 //
 // Giving up is never an outcome: an attempt the provider cannot settle stays UNKNOWN, checked

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/bookrecon/bookrecon/events"
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/publish"
-	"github.com/bookrecon/bookrecon/internal/samples"
 	"github.com/bookrecon/bookrecon/providers/simulator"
 )
 

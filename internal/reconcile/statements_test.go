@@ -3,7 +3,7 @@ package reconcile
 import (
 	"testing"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 // TestStatementsPrepare prepares every statement of sql/*.sql against the migrated schema.

@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"github.com/bookrecon/bookrecon/internal/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
 // TestStatementsPrepare prepares every statement of sql/outbox.sql and sql/outbox_lease.sql

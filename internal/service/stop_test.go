@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
-	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/auth/authtest"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 )
 
 // TestSIGTERMLogsOneStoppedLine: every service binary, running on the real broker and its own
@@ -31,10 +32,12 @@ func TestSIGTERMLogsOneStoppedLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens, _ := authtest.File(t)
 	env := []string{"BOOKRECON_DATABASE_URL=" + h.DBURL, "BOOKRECON_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(), ","),
 		"BOOKRECON_PROVIDERS=" + mp, "BOOKRECON_TOPIC_SUFFIX=" + h.Suffix, "BOOKRECON_INGESTER_GROUP=" + h.Group,
 		"BOOKRECON_INGESTER_ADMIN_ADDR=127.0.0.1:0", "BOOKRECON_RECONCILER_ADMIN_ADDR=127.0.0.1:0", "BOOKRECON_ESCALATOR_ADMIN_ADDR=127.0.0.1:0",
-		"BOOKRECON_QUERY_ADDR=127.0.0.1:0", "BOOKRECON_PROVIDER_URL=http://127.0.0.1:1"}
+		"BOOKRECON_QUERY_ADDR=127.0.0.1:0", "BOOKRECON_QUERY_ADMIN_ADDR=127.0.0.1:0", "BOOKRECON_TOKENS_FILE=" + tokens,
+		"BOOKRECON_PROVIDER_URL=http://127.0.0.1:1"}
 	for _, c := range []struct{ bin, started string }{
 		{"ingester", "admin server listening"},
 		{"reconciler", "admin server listening"},

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/pipelinetest"
-	"github.com/bookrecon/bookrecon/internal/samples"
+	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
 )
 
 // TestConfigErrorsAreUsageErrors: a configuration error exits 80 with a message that names the

@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/bookrecon/bookrecon/internal/harness/logtest"
 	"github.com/bookrecon/bookrecon/internal/kafka"
-	"github.com/bookrecon/bookrecon/internal/logtest"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 

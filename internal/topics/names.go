@@ -14,7 +14,7 @@ type Names struct {
 	Attempts, AttemptsDLQ, Decisions, DecisionsDLQ, Resolutions, Escalations string
 }
 
-// Default returns the v1 topics of DESIGN.md "Contract v1".
+// Default returns the v1 topics of docs/design.md#contract-v1.
 func Default() Names { return FromSuffix("") }
 
 // FromSuffix returns the v1 topics, each followed by "." and suffix; "" gives the v1 topics.

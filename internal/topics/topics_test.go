@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bookrecon/bookrecon/internal/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/topics"
 )
 

@@ -1,7 +1,7 @@
 -- +goose Up
 -- booking_attempt_row: an attempt as internal/attempt's Row reads it — text columns with NULL as
 -- '', and `escalated` (an escalation other than no_lookup_capability exists: its checks go on at
--- the maximum interval, DESIGN.md "Reconciliation"), and `outcome_open` (an outcome escalation
+-- the maximum interval, docs/design.md#reconciliation), and `outcome_open` (an outcome escalation
 -- is open: turning terminal closes it). One column list for every statement that
 -- reads whole attempts (internal/attempt/sql/booking_attempt.sql); SELECT … FOR UPDATE on the
 -- view locks the booking_attempt rows.

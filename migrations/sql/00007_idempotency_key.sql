@@ -1,5 +1,5 @@
 -- +goose Up
--- idempotency_key is the Idempotency-Key record of the idempotency package (DESIGN.md Part 2
+-- idempotency_key is the Idempotency-Key record of the idempotency package (docs/design.md Part 2
 -- "Idempotency-Key semantics"; seed 004): one row per (tenant, principal, key), inserted first
 -- (INSERT … ON CONFLICT), never read-then-written.
 --

@@ -1,5 +1,5 @@
 -- attempt_transition: the audit trail, one row per state change and per fact recorded without
--- one (DESIGN.md "Storage rules"). The bulk path copies rows in (COPY, no statement).
+-- one (docs/design.md#storage-rules). The bulk path copies rows in (COPY, no statement).
 
 -- name: attempt_transition_insert
 INSERT INTO attempt_transition (attempt_id, from_status, to_status, cause, event_id, lookup, actor, reason, note)

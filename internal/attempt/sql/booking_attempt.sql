@@ -56,7 +56,7 @@ UPDATE booking_attempt SET provider_reference = $2, updated_at = now() WHERE id 
 
 -- name: booking_attempt_record_check
 -- A check that did not settle the attempt, fenced by the lease token and $5 = UNKNOWN
--- (DESIGN.md "Reconciliation": every reconciler write carries the fence).
+-- (docs/design.md#reconciliation: every reconciler write carries the fence).
 UPDATE booking_attempt SET check_count = $3, check_failures = 0, next_check_at = $4,
     last_lookup_result = nullif($6, ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = $1 AND lease_token = $2 AND status = $5;

@@ -1,6 +1,6 @@
 -- booking_intent: created insert-first by an intent's first event and locked (ON CONFLICT DO
 -- UPDATE takes the row lock) by every transaction that creates or changes an attempt of it
--- (DESIGN.md "Storage rules": lock order intent → attempts → claims and escalations).
+-- (docs/design.md#storage-rules: lock order intent → attempts → claims and escalations).
 
 -- name: booking_intent_lock
 INSERT INTO booking_intent (tenant_id, booking_intent_id) VALUES ($1, $2)

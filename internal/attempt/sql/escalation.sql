@@ -1,5 +1,5 @@
 -- escalation: one row per (attempt, reason), inserted insert-first with its outbox row
--- (DESIGN.md "Escalations"). States are parameters from attempt.EscalationStates().
+-- (docs/design.md#escalations). States are parameters from attempt.EscalationStates().
 
 -- name: escalation_insert
 INSERT INTO escalation (escalation_id, attempt_id, tenant_id, reason, state) VALUES ($1, $2, $3, $4, $5)

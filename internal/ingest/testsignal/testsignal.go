@@ -4,7 +4,7 @@
 // production types — not in ingest.Config, not in service.Deps — no production caller sets
 // them, and an ingester without them runs exactly as with empty ones. They travel on the
 // context given to ingest.Run, read once when it starts, because the tests that need them live
-// in other packages too (internal/check stops PostgreSQL at them); an export_test.go would reach
+// in other packages too (internal/harness/check stops PostgreSQL at them); an export_test.go would reach
 // only the ingester's own tests.
 package testsignal
 

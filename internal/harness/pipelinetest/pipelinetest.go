@@ -1,0 +1,161 @@
+// Package pipelinetest is the shared harness of the integration and end-to-end tests: its own
+// topics on the real broker, its own migrated database, the sample capability map and
+// expected outcome, and helpers to publish the sample and wait for the pipeline to go quiet.
+// Under -short (`make test-short`, which runs without the stack) New, NewOn and NewOnCluster
+// skip their test.
+package pipelinetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
+	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/postgres"
+	"github.com/bookrecon/bookrecon/internal/publish"
+	"github.com/bookrecon/bookrecon/internal/service"
+	"github.com/bookrecon/bookrecon/internal/topics"
+	"github.com/bookrecon/bookrecon/providers"
+)
+
+// Harness is one test's isolated pipeline environment.
+type Harness struct {
+	T         testing.TB
+	Brokers   []string // seed brokers of the topics' cluster
+	Topics    topics.Names
+	Suffix    string // the topics' suffix (topics.FromSuffix)
+	Group     string
+	DBURL     string
+	Pool      *pgxpool.Pool
+	Providers *providers.Map
+	Expected  samples.Expected
+	Producer  *kgo.Client
+}
+
+// New creates topics (partitions each) on the real broker and a database for t.
+func New(t testing.TB, partitions int32) *Harness {
+	t.Helper()
+	skipShort(t)
+	return NewOn(t, partitions, pgtest.NewURL(t))
+}
+
+// NewOn is New with the migrated database at dbURL (a database of pgtest.Cluster's, say).
+func NewOn(t testing.TB, partitions int32, dbURL string) *Harness {
+	t.Helper()
+	skipShort(t)
+	sfx := kafkatest.Suffix()
+	tp := topics.FromSuffix(sfx) // what BOOKRECON_TOPIC_SUFFIX=<Suffix> gives a binary
+	kafkatest.CreateTopics(t, partitions, tp.All()...)
+	return newHarness(t, kafkatest.Brokers(), sfx, tp, dbURL)
+}
+
+// NewOnCluster creates the topics on c as production has them — topics.Ensure: topics.Partitions
+// partitions, replication factor 3, min.insync.replicas=2, the contract's configs — deleted at
+// cleanup, and a database for t.
+func NewOnCluster(t testing.TB, c *kafkatest.Cluster) *Harness {
+	t.Helper()
+	skipShort(t)
+	sfx := kafkatest.Suffix()
+	tp := topics.FromSuffix(sfx)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := topics.Ensure(ctx, c.Admin(), kafkatest.ClusterReplicationFactor, tp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.Admin().DeleteTopics(ctx, tp.All()...)
+	})
+	return newHarness(t, kafkatest.ClusterBrokers, sfx, tp, pgtest.NewURL(t))
+}
+
+// skipShort skips t under -short: a harness needs the broker and PostgreSQL.
+func skipShort(t testing.TB) {
+	t.Helper()
+	kafkatest.SkipShort(t)
+	pgtest.SkipShort(t)
+}
+
+func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbURL string) *Harness {
+	t.Helper()
+	h := &Harness{T: t, Brokers: brokers, Topics: tp, Suffix: sfx, Group: "bookrecon-ingester-" + sfx}
+	h.DBURL = dbURL
+	pool, err := postgres.Open(context.Background(), h.DBURL, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	h.Pool = pool
+	mp, err := samples.Path("providers.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Providers, err = providers.LoadMap(mp); err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := samples.Path("expected.json")
+	exp, err := samples.LoadExpected(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Expected = *exp
+	h.Producer, err = kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Producer.Close)
+	return h
+}
+
+// IngestConfig is an ingester configuration for this harness.
+func (h *Harness) IngestConfig() ingest.Config {
+	return ingest.Config{Infra: service.Infra{Brokers: h.Brokers, DatabaseURL: h.DBURL, AdminAddr: "127.0.0.1:0"},
+		Providers: h.Providers, Group: h.Group, Topics: h.Topics}
+}
+
+// SampleLines reads a sample JSONL file.
+func (h *Harness) SampleLines(name string) [][]byte {
+	p, err := samples.Path(name)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	lines, err := publish.ReadLines(p)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return lines
+}
+
+// Scalar runs a one-value query.
+func (h *Harness) Scalar(q string, args ...any) int {
+	h.T.Helper()
+	var n int
+	if err := h.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		h.T.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// WaitFor polls cond every 100ms until it holds or timeout passes (then fails the test).
+func (h *Harness) WaitFor(what string, timeout time.Duration, cond func() bool) {
+	h.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.T.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// OutboxDrained reports whether every outbox row is published.
+func (h *Harness) OutboxDrained() bool {
+	return h.Scalar(`SELECT count(*) FROM outbox WHERE published_at IS NULL AND discarded_at IS NULL`) == 0
+}
