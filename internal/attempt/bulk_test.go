@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,6 +30,8 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 	failed := `,"outcome":{"failureCode":"SOLD_OUT","retryable":true}`
 	other := `,"request":{"offerVersion":"o2","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`
 	noIdentity := `,"request":{"offerVersion":"o","travellerRef":"tr","stay":{"propertyId":"h","checkIn":"2027-01-01","checkOut":"2027-01-02"},"amount":{"value":"1","currency":"EUR"}}`
+	// A type ending in "/v2" is version 2's event (key book:<intent>:v2), a retry the safe
+	// retry gate judges; "/v2early" one that occurred an hour before the batch.
 	type ev struct{ typ, extra string }
 	// Batches of events per intent (each intent's events keep their order).
 	scripts := map[string][][]ev{
@@ -44,6 +48,24 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 		"bi_settle":    {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}, {{"attempt.succeeded", ok}}},
 		"bi_conflict2": {{{"attempt.started", start}}, {{"attempt.started", other}, {"attempt.started", other}}},
 		"bi_conflict":  {{{"attempt.started", start}, {"attempt.started", other}}},
+		// An escalated attempt (key_conflict open) that settles, in the batch and in the next one.
+		"bi_conflict3": {{{"attempt.started", start}, {"attempt.started", other}, {"attempt.succeeded", ok}}},
+		"bi_conflict4": {{{"attempt.started", start}, {"attempt.started", other}}, {{"attempt.failed", failed}}},
+		// Another reason (contradiction) on an attempt escalated in an earlier batch.
+		"bi_conflict5": {{{"attempt.started", start}, {"attempt.started", other}, {"attempt.succeeded", ok}}, {{"attempt.failed", failed}}},
+		// Retries: safe (v1 FAILED), blind (v1 UNKNOWN: blind_retry on v2, which then settles
+		// escalated), a duplicate booking (v1 and v2 CONFIRMED), within a batch and across two.
+		"bi_retry":  {{{"attempt.started", start}, {"attempt.failed", failed}, {"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
+		"bi_retry2": {{{"attempt.started", start}, {"attempt.failed", failed}}, {{"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
+		"bi_blind":  {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}, {"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
+		"bi_blind2": {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}, {"attempt.started/v2", start}}, {{"attempt.failed", failed}, {"attempt.succeeded/v2", ok}}},
+		"bi_blind3": {{{"attempt.started", start}, {"attempt.outcome_unknown", unknown}}, {{"attempt.started/v2", start}, {"attempt.failed/v2", failed}}},
+		"bi_dup":    {{{"attempt.started", start}, {"attempt.succeeded", ok}, {"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
+		"bi_dup2":   {{{"attempt.started", start}, {"attempt.succeeded", ok}}, {{"attempt.started/v2", start}, {"attempt.succeeded/v2", ok}}},
+		// A late v2 start after its outcome: the gate judges v2 again when the start fills it
+		// in; safe on its outcome, a blind retry on a start before v1 failed.
+		"bi_late3": {{{"attempt.started", start}, {"attempt.failed", failed}, {"attempt.succeeded/v2", ok}}, {{"attempt.started/v2", start}}},
+		"bi_late4": {{{"attempt.started", start}, {"attempt.failed", failed}, {"attempt.succeeded/v2", ok}}, {{"attempt.started/v2early", start}}},
 	}
 	intents := slices.Sorted(func(yield func(string) bool) {
 		for k := range scripts {
@@ -60,11 +82,21 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 				continue
 			}
 			for i, e := range scripts[intent][b] {
-				extra := e.extra
-				if e.typ == "attempt.succeeded" {
-					extra = fmt.Sprintf(ok, intent)
+				extra, version := e.extra, 1
+				typ, early := strings.CutSuffix(e.typ, "/v2early")
+				typ, v2 := strings.CutSuffix(typ, "/v2")
+				if v2 || early {
+					version = 2
 				}
-				batch = append(batch, event(t, e.typ, fmt.Sprintf("%s-%d-%d", intent, b, i), intent, "book:"+intent+":v1", "BOOK", extra))
+				if typ == "attempt.succeeded" {
+					extra = fmt.Sprintf(ok, fmt.Sprintf("%s-v%d", intent, version))
+				}
+				a := event(t, typ, fmt.Sprintf("%s-%d-%d", intent, b, i), intent, "book:"+intent+":v1", "BOOK", extra)
+				a.OperationVersion, a.IdempotencyKey = version, fmt.Sprintf("book:%s:v%d", intent, version)
+				if early {
+					a.OccurredAt = a.OccurredAt.Add(-time.Hour)
+				}
+				batch = append(batch, a)
 			}
 		}
 		batches = append(batches, batch)
@@ -144,5 +176,52 @@ func TestBulkEqualsPerEvent(t *testing.T) {
 		if p != b {
 			t.Errorf("row %d\nper-event %s\n     bulk %s", i, p, b)
 		}
+	}
+}
+
+// TestBulkClaimConflictEvent: a provider reference claim the bulk path loses to another
+// attempt records its duplicate_provider_reference anomaly with the event that brought the
+// reference, as the per-event path does (Step.ClaimEventID).
+func TestBulkClaimConflictEvent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	shared := `,"outcome":{"providerReference":"HTL-shared"}`
+	batch := []events.Attempt{
+		event(t, "attempt.succeeded", "e1", "bi_r1", "book:bi_r1:v1", "BOOK", shared),
+		event(t, "attempt.succeeded", "e2", "bi_r2", "book:bi_r2:v1", "BOOK", shared),
+	}
+	inTx(t, pool, func(at *attempt.Tx) error {
+		b, err := at.NewBulk(ctx, batch, nil, nil)
+		if err != nil {
+			return err
+		}
+		for _, e := range batch {
+			if err := b.Apply(ctx, e, events.Digests{}); err != nil {
+				return err
+			}
+		}
+		return b.Flush(ctx)
+	})
+	var got []string
+	rows, err := pool.Query(ctx, `SELECT concat_ws('|', a.idempotency_key, n.kind, coalesce(n.event_id, 'NULL'))
+		FROM anomaly n JOIN booking_attempt a ON a.id = n.attempt_id ORDER BY n.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	rows.Close()
+	want := []string{"book:bi_r2:v1|duplicate_provider_reference|e2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("anomalies %q, want %q", got, want)
 	}
 }

@@ -303,14 +303,6 @@ func (t *Tx) envelope(a *Row, typ events.EventType, id string) events.OutputEnve
 		IdempotencyKey: a.IdempotencyKey, Operation: a.Operation, OperationVersion: a.Version, Provider: a.Provider}
 }
 
-func (t *Tx) publish(ctx context.Context, topic string, a *Row, env events.OutputEnvelope, v any) error {
-	m, err := t.message(topic, a, env, v)
-	if err != nil {
-		return err
-	}
-	return outbox.Insert(ctx, t.tx, m)
-}
-
 // message builds the outbox record of an output: JSON body, key = bookingIntentId, CloudEvents
 // binary-mode headers.
 func (t *Tx) message(topic string, a *Row, env events.OutputEnvelope, v any) (outbox.Message, error) {
@@ -510,18 +502,28 @@ func (t *Tx) CloseEscalations(ctx context.Context, a *Row, reasons []Reason, clo
 	}
 	for _, c := range cs {
 		t.EscalationsClosed[Reason(c.reason)]++
-		msg := events.EscalationClosed{
-			OutputEnvelope: t.envelope(a, events.EventEscalationClosed, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.closed", c.id)),
-			EscalationID:   c.id, ClosedBy: closedBy,
+		m, err := t.closedMessage(a, c.id, closedBy, actor)
+		if err != nil {
+			return err
 		}
-		if actor != "" {
-			msg.Actor = &actor
-		}
-		if err := t.publish(ctx, cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg); err != nil {
+		if err := outbox.Insert(ctx, t.tx, m); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// closedMessage builds escalation.closed for a's escalation escID, closed by closedBy (actor
+// "" none).
+func (t *Tx) closedMessage(a *Row, escID, closedBy, actor string) (outbox.Message, error) {
+	msg := events.EscalationClosed{
+		OutputEnvelope: t.envelope(a, events.EventEscalationClosed, events.OutputID(a.TenantID, a.IdempotencyKey, "escalation.closed", escID)),
+		EscalationID:   escID, ClosedBy: closedBy,
+	}
+	if actor != "" {
+		msg.Actor = &actor
+	}
+	return t.message(cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
 }
 
 // Resolved publishes attempt.resolved for a, caused by causeID, and closes its outcome

@@ -67,6 +67,14 @@ UPDATE booking_attempt SET gate_judged = true WHERE id = $1;
 -- name: booking_attempt_mark_blind_retry
 UPDATE booking_attempt SET blind_retry = true WHERE id = $1;
 
+-- name: booking_attempt_mark_gate_many
+-- The bulk path's gate judgements (booking_attempt_mark_gate_judged, and
+-- booking_attempt_mark_blind_retry where $2[i]), one row per array element; once raised a
+-- blind retry stays raised.
+UPDATE booking_attempt a SET gate_judged = true, blind_retry = a.blind_retry OR u.blind
+FROM unnest($1::uuid[], $2::bool[]) AS u(id, blind)
+WHERE a.id = u.id;
+
 -- name: booking_attempt_mark_deadline_done
 UPDATE booking_attempt SET deadline_done = true WHERE id = $1;
 

@@ -11,6 +11,16 @@ SELECT state FROM escalation WHERE attempt_id = $1 AND reason = $2;
 -- name: escalation_states_of_attempt
 SELECT reason, state FROM escalation WHERE attempt_id = $1;
 
+-- name: escalation_states_of_attempts
+-- The bulk path's read of its escalated attempts' escalations ($1 their ids).
+SELECT attempt_id, reason, state FROM escalation WHERE attempt_id = ANY($1::uuid[]);
+
+-- name: escalation_close_many
+-- The bulk path's closes (escalation_close, by event): $1 the escalation ids, $2 closed, $3
+-- closed_by, $4 open.
+UPDATE escalation SET state = $2, closed_at = now(), closed_by = $3, actor = NULL
+WHERE escalation_id = ANY($1::uuid[]) AND state = $4;
+
 -- name: escalation_close
 -- $2 closed, $3 closed_by, $4 actor, $5 open, $6 the reasons (NULL: every reason), $7 one
 -- escalation id ('' every one).
