@@ -57,7 +57,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 	@for f in $$(grep -ho '^func Fuzz[A-Za-z]*' events/*_test.go | sed 's/func //'); do \
 		echo "fuzz $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) ./events/ || exit 1; done
 
-demo: up build ## run the whole pipeline on samples/ (a copy of ../shared/samples) and print the report
+demo: up build ## run the whole pipeline on samples/ (the normative sample, kept in the repository) and print the report
 	bin/bookrecon demo
 
 bench: up ## benchmarks on the real stack; prints events/s, WAL per event and the ratios (docs/performance.md)

@@ -24,7 +24,7 @@ import (
 )
 
 type demoCmd struct {
-	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default samples/ of the repository, a copy of ../shared/samples)."`
+	Samples  string `env:"BOOKRECON_SAMPLES" help:"Samples folder (default samples/ of the repository)."`
 	Database string `default:"bookrecon_demo" help:"Database the demo drops and recreates for its run (must end in _demo)."`
 	Log      string `default:".stack/demo.log" help:"Where the services' JSON logs go."`
 	TokenDir string `default:".stack/demo-auth" help:"Where the demo writes the query API's tokens file and its token for tenant t_globetrek (token, mode 0600): curl -H \"Authorization: Bearer $(cat .stack/demo-auth/token)\" …"`
