@@ -153,7 +153,8 @@ type WaitOptions struct {
 // between a stage's commit and the next stage's pick-up), and returns the last one. When Wait
 // passes first it returns a *NotSettledError (ErrNotSettled). A measurement that fails with a
 // retriable Kafka error (kerr.IsRetriable: COORDINATOR_NOT_AVAILABLE while a fresh broker
-// creates __consumer_offsets, a leader election) is measured again Poll later, and returned
+// creates __consumer_offsets, a leader election; not UNKNOWN_TOPIC_OR_PARTITION, see retriable) is
+// measured again Poll later, and returned
 // only when it still fails at the bound; any other failed measurement is returned as it is.
 func WaitSettled(ctx context.Context, s Source, o WaitOptions) (Progress, error) {
 	return waitSettled(ctx, func(ctx context.Context) (Progress, error) { return Measure(ctx, s) }, o)
@@ -170,7 +171,7 @@ func waitSettled(ctx context.Context, measure func(context.Context) (Progress, e
 		now := time.Now()
 		lastPoll := !now.Add(o.Poll).Before(deadline)
 		switch {
-		case err != nil && (!kerr.IsRetriable(err) || lastPoll):
+		case err != nil && (!retriable(err) || lastPoll):
 			return p, err
 		case err != nil:
 			confirmed = false // measured again after Poll
@@ -193,6 +194,13 @@ func waitSettled(ctx context.Context, measure func(context.Context) (Progress, e
 		case <-time.After(o.Poll):
 		}
 	}
+}
+
+// retriable reports a Kafka error that waiting can mend (kerr.IsRetriable), except
+// UNKNOWN_TOPIC_OR_PARTITION: kerr counts it retriable, but for the input topics of a pipeline
+// that already ran it means a wrong name or suffix, which no wait mends.
+func retriable(err error) bool {
+	return kerr.IsRetriable(err) && !errors.Is(err, kerr.UnknownTopicOrPartition)
 }
 
 // LongestDeadline returns the longest escalation deadline of m over every provider and

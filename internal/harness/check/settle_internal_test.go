@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ func TestWaitSettledRetriesRetriableErrors(t *testing.T) {
 		{"RetriableThenSettled", []error{kerr.CoordinatorNotAvailable, kerr.CoordinatorLoadInProgress, nil, nil},
 			[]Progress{{}, {}, settled, settled}, time.Second, nil, 4},
 		{"PermanentAtOnce", []error{kerr.GroupAuthorizationFailed}, []Progress{{}}, time.Second, kerr.GroupAuthorizationFailed, 1},
+		// kerr counts it retriable, but a missing input topic is a wrong name: no wait mends it.
+		{"UnknownTopicAtOnce", []error{fmt.Errorf("check: end offsets: %w", kerr.UnknownTopicOrPartition)}, []Progress{{}}, time.Second, kerr.UnknownTopicOrPartition, 1},
 		{"RetriableAtTheBound", []error{nil, kerr.CoordinatorNotAvailable, kerr.CoordinatorNotAvailable, kerr.CoordinatorNotAvailable, kerr.CoordinatorNotAvailable},
 			[]Progress{lagging, {}, {}, {}, {}}, 35 * time.Millisecond, kerr.CoordinatorNotAvailable, 0},
 	}
