@@ -152,10 +152,10 @@ type WaitOptions struct {
 // WaitSettled measures until two measurements in a row, Poll apart, are Settled (one could fall
 // between a stage's commit and the next stage's pick-up), and returns the last one. When Wait
 // passes first it returns a *NotSettledError (ErrNotSettled). A measurement that fails with a
-// retriable Kafka error (kerr.IsRetriable: COORDINATOR_NOT_AVAILABLE while a fresh broker
-// creates __consumer_offsets, a leader election; not UNKNOWN_TOPIC_OR_PARTITION, see retriable) is
-// measured again Poll later, and returned
-// only when it still fails at the bound; any other failed measurement is returned as it is.
+// retriable Kafka error (COORDINATOR_NOT_AVAILABLE while a fresh broker creates
+// __consumer_offsets, a leader election; see retriable) is measured again Poll later, and
+// returned only when it still fails at the bound; any other failed measurement is returned as
+// it is.
 func WaitSettled(ctx context.Context, s Source, o WaitOptions) (Progress, error) {
 	return waitSettled(ctx, func(ctx context.Context) (Progress, error) { return Measure(ctx, s) }, o)
 }
