@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"regexp"
 	"strings"
@@ -38,31 +37,23 @@ func (f tokensFile) Validate() error {
 	return nil
 }
 
-// read reads the file; a missing one is empty when missingOK.
-func (f tokensFile) read(missingOK bool) (auth.File, error) {
-	tf, err := auth.ReadFile(f.File)
-	if missingOK && errors.Is(err, fs.ErrNotExist) {
-		return auth.File{}, nil
-	}
-	return tf, err
-}
+// read reads and validates the file.
+func (f tokensFile) read() (auth.File, error) { return auth.ReadFile(f.File) }
 
 type tokensInitCmd struct{ tokensFile }
 
 func (c *tokensInitCmd) Run() error { return c.run(os.Stdout) }
 
 func (c *tokensInitCmd) run(out io.Writer) error {
-	if _, err := os.Stat(c.File); err == nil {
-		_, err := c.read(false) // an existing file must still be valid
-		if err == nil {
-			_, err = fmt.Fprintf(out, "%s exists; unchanged\n", c.File)
-		}
+	created, err := auth.CreateFile(c.File)
+	switch {
+	case err != nil:
 		return err
+	case !created:
+		_, err = fmt.Fprintf(out, "%s exists; unchanged\n", c.File)
+	default:
+		_, err = fmt.Fprintf(out, "%s created with no token: issue one with bookrecon tokens add\n", c.File)
 	}
-	if err := auth.WriteFile(c.File, auth.File{}); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(out, "%s created with no token: issue one with bookrecon tokens add\n", c.File)
 	return err
 }
 
@@ -78,20 +69,19 @@ func (c *tokensAddCmd) Run() error { return c.run(os.Stdout, os.Stderr, time.Now
 // run adds a fresh token to the file (creating it) and writes the token alone on out, what was
 // done on info.
 func (c *tokensAddCmd) run(out, info io.Writer, now time.Time) error {
-	f, err := c.read(true)
-	if err != nil {
-		return err
-	}
 	tok, hash := auth.NewToken()
 	e := auth.Entry{SHA256: hash, Tenant: c.Tenant, Principal: c.Principal, Created: now.UTC().Truncate(time.Second)}
 	for _, s := range c.Scope {
 		e.Scopes = append(e.Scopes, auth.Scope(s))
 	}
-	f.Tokens = append(f.Tokens, e)
-	if err := f.Validate(); err != nil {
-		return exitError{code: service.ExitUsage, err: fmt.Errorf("tokens add: %w", err)}
-	}
-	if err := auth.WriteFile(c.File, f); err != nil {
+	err := auth.UpdateFile(c.File, true, func(f *auth.File) error {
+		f.Tokens = append(f.Tokens, e)
+		if err := f.Validate(); err != nil {
+			return exitError{code: service.ExitUsage, err: fmt.Errorf("tokens add: %w", err)}
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintln(out, tok); err != nil {
@@ -128,7 +118,7 @@ type tokenRow struct {
 }
 
 func (c *tokensListCmd) run(out io.Writer) error {
-	f, err := c.read(false)
+	f, err := c.read()
 	if err != nil {
 		return err
 	}
@@ -187,26 +177,25 @@ func (c *tokensRevokeCmd) Validate() error {
 func (c *tokensRevokeCmd) Run() error { return c.run(os.Stdout) }
 
 func (c *tokensRevokeCmd) run(out io.Writer) error {
-	f, err := c.read(false)
-	if err != nil {
-		return err
-	}
 	var kept, gone []auth.Entry
-	for _, e := range f.Tokens {
-		if c.ID != "" && strings.HasPrefix(e.SHA256, c.ID) || c.ID == "" && e.Tenant == c.Tenant && e.Principal == c.Principal {
-			gone = append(gone, e)
-		} else {
-			kept = append(kept, e)
+	err := auth.UpdateFile(c.File, false, func(f *auth.File) error {
+		for _, e := range f.Tokens {
+			if c.ID != "" && strings.HasPrefix(e.SHA256, c.ID) || c.ID == "" && e.Tenant == c.Tenant && e.Principal == c.Principal {
+				gone = append(gone, e)
+			} else {
+				kept = append(kept, e)
+			}
 		}
-	}
-	switch {
-	case len(gone) == 0:
-		return exitError{code: service.ExitUsage, err: errors.New("tokens revoke: no such token in " + c.File + " (bookrecon tokens list shows them); nothing changed")}
-	case c.ID != "" && len(gone) > 1:
-		return exitError{code: service.ExitUsage, err: fmt.Errorf("tokens revoke: --id %s matches %d tokens: give more digits; nothing changed", c.ID, len(gone))}
-	}
-	f.Tokens = kept
-	if err := auth.WriteFile(c.File, f); err != nil {
+		switch {
+		case len(gone) == 0:
+			return exitError{code: service.ExitUsage, err: errors.New("tokens revoke: no such token in " + c.File + " (bookrecon tokens list shows them); nothing changed")}
+		case c.ID != "" && len(gone) > 1:
+			return exitError{code: service.ExitUsage, err: fmt.Errorf("tokens revoke: --id %s matches %d tokens: give more digits; nothing changed", c.ID, len(gone))}
+		}
+		f.Tokens = kept
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	for _, e := range gone {

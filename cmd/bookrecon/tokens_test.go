@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,5 +200,56 @@ func TestTokensUsageErrors(t *testing.T) {
 	}
 	if f, err := auth.ReadFile(file); err != nil || len(f.Tokens) != 2 {
 		t.Errorf("after a refused revoke: %d tokens (%v), want 2", len(f.Tokens), err)
+	}
+}
+
+// TestTokensConcurrentChangesAllTakeEffect: `tokens add` and `tokens revoke` run at once (as two
+// operators, or a script in a loop, would) each take effect — none writes back a file read
+// before another's change. 16 adds run at once with a revoke of a token that existed before
+// them: 16 new tokens, and the revoked one gone.
+func TestTokensConcurrentChangesAllTakeEffect(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "tokens.yaml")
+	tf := tokensFile{File: file}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	if err := (&tokensAddCmd{Tenant: "t_old", Principal: "svc_old", Scope: []string{"attempts:read"}, tokensFile: tf}).run(&out, &out, now); err != nil {
+		t.Fatal(err)
+	}
+	const adds = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, adds+1)
+	for i := range adds {
+		wg.Go(func() {
+			var o bytes.Buffer
+			errs <- (&tokensAddCmd{Tenant: "t_a", Principal: fmt.Sprintf("svc_%02d", i), Scope: []string{"attempts:read"}, tokensFile: tf}).run(&o, &o, now)
+		})
+	}
+	wg.Go(func() {
+		var o bytes.Buffer
+		errs <- (&tokensRevokeCmd{Tenant: "t_old", Principal: "svc_old", tokensFile: tf}).run(&o)
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := auth.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range f.Tokens {
+		got = append(got, e.Tenant+"/"+e.Principal)
+	}
+	slices.Sort(got)
+	var want []string
+	for i := range adds {
+		want = append(want, fmt.Sprintf("t_a/svc_%02d", i))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("tokens after %d concurrent adds and a revoke: %v; want %v", adds, got, want)
 	}
 }
