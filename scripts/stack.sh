@@ -2,13 +2,14 @@
 # The local stack without Docker: Debian PostgreSQL and a real Apache Kafka 4.x broker (KRaft,
 # single node) on 127.0.0.1. Idempotent: `up` starts what is not running, `down` stops it.
 #
-#   scripts/stack.sh up | down | reset | status | env
+#   scripts/stack.sh up | down | reset | status | env | jars
 #   scripts/stack.sh redis up | down | status
 #   scripts/stack.sh cluster up | down | reset | status | env | kill N | start N
 #
 # PostgreSQL: postgresql://bookrecon:bookrecon@127.0.0.1:5432/bookrecon (role may create databases).
 # Kafka:      127.0.0.1:19092 (controller 19093). Jars resolved with mvn into .stack/kafka/libs, or
-#             taken from STACK_KAFKA_LIBS (a directory of the same jars, e.g. another checkout's).
+#             taken from STACK_KAFKA_LIBS (a directory of the same jars, e.g. another checkout's);
+#             `jars` resolves them alone, with a progress line every STACK_PROGRESS_EVERY s (10).
 # Cluster:    what production runs, for the fault tests: three combined broker+controller KRaft
 #             nodes, brokers 127.0.0.1:29092-29094, controllers 29192-29194, replication factor 3
 #             and min.insync.replicas=2 by default; data, logs and each node's pid under
@@ -109,9 +110,11 @@ kafka_libs() {
       -DoutputDirectory="$KDIR/libs" -DincludeScope=runtime 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' >&2) &
     local pid=$! n
     while kill -0 "$pid" 2>/dev/null; do
-      sleep 10
+      sleep "${STACK_PROGRESS_EVERY:-10}"
       kill -0 "$pid" 2>/dev/null || break
-      n=$(find "$KDIR/libs" -name '*.jar' 2>/dev/null | wc -l)
+      # mvn creates libs/ only when it copies the first jar: until then find fails, which
+      # pipefail and set -e would turn into the script's death (mvn left running alone).
+      n=$( (find "$KDIR/libs" -name '*.jar' 2>/dev/null || true) | wc -l)
       log "still resolving Kafka jars: $n copied so far"
     done
     wait "$pid" || { log "mvn failed: see its output above"; return 1; }
@@ -325,6 +328,7 @@ case "${1:-}" in
       *) echo "usage: $0 redis up|down|status" >&2; exit 2 ;;
     esac ;;
   up) pg_up; kafka_up; redis_up ;;
+  jars) kafka_libs ;;
   down) kafka_down; redis_down; log "kafka and redis stopped (postgresql left to the system)" ;;
   reset) kafka_down; rm -rf "$KDIR/data"; log "kafka data removed" ;;
   status)
@@ -337,5 +341,5 @@ case "${1:-}" in
     echo "export BOOKRECON_DATABASE_URL='$PG_URL'"
     echo "export BOOKRECON_KAFKA_BROKERS='$KAFKA_ADDR'"
     echo "export BOOKRECON_REDIS_URL='$REDIS_URL'" ;;
-  *) echo "usage: $0 up|down|reset|status|env | redis up|down|status | cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|reset|status|env|jars | redis up|down|status | cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
 esac
