@@ -23,8 +23,12 @@
 //
 // Stored: 2xx answers, and any answer the handler marks with KeepAnswer (a domain answer that
 // cannot change with time, like key_conflict). Rolled back with the claim: every other answer
-// of the handler (gate_refused, 404, 5xx) and a database failure before the commit, so a retry
-// is processed afresh. Never claimed: 400 (key missing or invalid, a body the fingerprint
+// of the handler (gate_refused, 404, a 5xx in the transactional mode, where the effect rolls
+// back with it) and a database failure before the commit, so a retry is processed afresh. A
+// two-phase 5xx answer is neither: its external effect may have happened (a provider that timed
+// out may have booked), so the claim stays in flight — retries get request_in_progress, then
+// request_outcome_unknown, never a second call — unless the handler marks the answer as given
+// before its effect began with ReleaseClaim. Never claimed: 400 (key missing or invalid, a body the fingerprint
 // refuses), 401, 413, 422 and request_in_progress. Errors are RFC 9457 problem details with a
 // stable code (the Code constants).
 //
@@ -73,8 +77,11 @@
 // takes SET idem:lock:<tenant>:<principal>:<key> <random token> NX PX <ttl> — ttl is
 // RequestTimeout + LeaseMargin in the transactional mode and the Lease in the two-phase mode —
 // and a request that does not get it answers 409 request_in_progress without a database round
-// trip. The lock is released by a Lua compare-and-delete of the token, never a bare DEL. Redis
-// never decides correctness: PostgreSQL does. Without a Limiter everything works on PostgreSQL
+// trip — whatever its body: Redis holds no fingerprint, so while the first request runs, a request
+// with the key and another body gets 409 request_in_progress where PostgreSQL alone would answer
+// 422 idempotency_key_reused (it gets the 422 once the first completes). The lock is released by
+// a Lua compare-and-delete of the token, never a bare DEL. Redis never decides correctness:
+// PostgreSQL does. Without a Limiter everything works on PostgreSQL
 // alone.
 //
 // # When Redis or PostgreSQL goes away mid-request

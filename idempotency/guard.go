@@ -172,7 +172,9 @@ func (g *Guard) Transactional(route string, h TxHandler, opts ...RouteOption) ht
 // claim commits first with Config.Lease and a random token, h runs, and its answer is stored by
 // an update fenced by the token, even after the lease expired. A duplicate meanwhile gets 409
 // request_in_progress; after the lease, 409 request_outcome_unknown, never a second run. An
-// answer that is not stored deletes the claim (fenced the same way). route: as Transactional.
+// answer below 500 that is not stored deletes the claim (fenced the same way), so a retry runs
+// afresh; a 5xx answer leaves the claim in flight — the external effect may have happened —
+// unless the handler called ReleaseClaim. route: as Transactional.
 func (g *Guard) TwoPhase(route string, h http.Handler, opts ...RouteOption) http.Handler {
 	return g.newRoute(route, nil, h, g.cfg.Lease, opts)
 }
@@ -400,7 +402,8 @@ func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, f
 		rec := rt.run(func(rec *recorder, r *http.Request) { rt.h.ServeHTTP(rec, r) }, r)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
-		if rec.storable() {
+		switch {
+		case rec.storable():
 			ok, err := completeRow(sctx, cfg.DB, id, &token, rec.answer(), rt.g.now())
 			switch {
 			case err != nil:
@@ -410,9 +413,17 @@ func (rt *route) serveTwoPhase(ctx context.Context, r *http.Request, id keyID, f
 				cfg.Logger.Warn("idempotency: the claim was gone when its answer came (expired past the TTL and replaced, or deleted): answer not stored",
 					"route", rt.name)
 			}
-		} else if _, err := cfg.DB.Exec(sctx, stmts.SQL("idempotency_key_release"), id.Tenant, id.Principal, id.Key, &token); err != nil {
-			cfg.Logger.Error("idempotency: an answer that is not stored could not release its claim: retries get request_in_progress, then request_outcome_unknown",
-				"route", rt.name, "error", err.Error())
+		case rec.code() >= 500 && !rec.release.Load():
+			// The external effect may have happened (a provider timeout, a crash after the call):
+			// running it again could book twice. The claim stays in flight.
+			cfg.Logger.Warn("idempotency: a 5xx answer leaves its claim in flight, since its external effect may have happened: "+
+				"retries get request_in_progress, then request_outcome_unknown (a handler that failed before its effect began calls idempotency.ReleaseClaim)",
+				"route", rt.name, "status", rec.code())
+		default:
+			if _, err := cfg.DB.Exec(sctx, stmts.SQL("idempotency_key_release"), id.Tenant, id.Principal, id.Key, &token); err != nil {
+				cfg.Logger.Error("idempotency: an answer that is not stored could not release its claim: retries get request_in_progress, then request_outcome_unknown",
+					"route", rt.name, "error", err.Error())
+			}
 		}
 		return rec.reply
 	}
@@ -441,7 +452,8 @@ type keepKey struct{}
 // KeepAnswer marks the answer the handler of ctx writes as stored and replayed although it is
 // not 2xx: a domain answer produced after the claim that cannot change with time (docs/design.md:
 // 409 key_conflict). Without it only 2xx answers are stored; any other answer is rolled back
-// with the claim (docs/design.md: gate_refused, 404, failures), so a retry is processed afresh.
+// with the claim (docs/design.md: gate_refused, 404, failures), so a retry is processed afresh —
+// except a two-phase 5xx, which leaves its claim in flight (ReleaseClaim).
 // Called outside a guarded handler it does nothing.
 func KeepAnswer(ctx context.Context) {
 	if rec, ok := ctx.Value(keepKey{}).(*recorder); ok {
@@ -449,13 +461,30 @@ func KeepAnswer(ctx context.Context) {
 	}
 }
 
+// ReleaseClaim marks the answer the handler of ctx writes as given before its effect began — a
+// failure before the external call (the handler's own database down, a provider it never
+// reached) — so that a two-phase claim is deleted with a 5xx answer too and a retry is processed
+// afresh (docs/design.md: "failures before the commit" are rolled back with the claim). Without
+// it a two-phase 5xx answer leaves the claim in flight: the effect may have happened (a provider
+// that timed out may have booked), so retries get 409 request_in_progress until the lease ends,
+// then 409 request_outcome_unknown, and the call is never made twice. Answers below 500 that are
+// not stored are released anyway; in the transactional mode every answer that is not stored rolls
+// back with the effect, so ReleaseClaim changes nothing there. Called outside a guarded handler
+// it does nothing.
+func ReleaseClaim(ctx context.Context) {
+	if rec, ok := ctx.Value(keepKey{}).(*recorder); ok {
+		rec.release.Store(true)
+	}
+}
+
 // recorder buffers a handler's answer until it is settled.
 type recorder struct {
-	header http.Header
-	sent   http.Header // header as it was at WriteHeader, as net/http sends it
-	status int
-	body   bytes.Buffer
-	keep   atomic.Bool
+	header  http.Header
+	sent    http.Header // header as it was at WriteHeader, as net/http sends it
+	status  int
+	body    bytes.Buffer
+	keep    atomic.Bool // KeepAnswer
+	release atomic.Bool // ReleaseClaim
 }
 
 func (r *recorder) Header() http.Header { return r.header }

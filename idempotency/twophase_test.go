@@ -198,12 +198,15 @@ func TestTwoPhaseTable(t *testing.T) {
 		}
 	})
 
-	t.Run("rolled back with the claim: 404, gate_refused, 5xx; the retry is processed afresh", func(t *testing.T) {
+	t.Run("rolled back with the claim: 404, gate_refused, a 5xx marked ReleaseClaim; the retry is processed afresh", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		answers := []int{http.StatusNotFound, http.StatusConflict, http.StatusInternalServerError}
+		answers := []int{http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable}
 		srv := serve(t, f.guard(twoPhaseConfig).TwoPhase(route2, f.twoPhase(nil, func(w http.ResponseWriter, r *http.Request, n int64) {
 			if int(n) <= len(answers) {
+				if answers[n-1] >= 500 {
+					ReleaseClaim(r.Context()) // failed before the external call began
+				}
 				problem(w, answers[n-1], "rolled_back", "", 0)
 				return
 			}
@@ -221,6 +224,33 @@ func TestTwoPhaseTable(t *testing.T) {
 		wantCreated(t, f.do(srv, req{Key: "k1", Body: `{"a":1}`}), 4)
 		if f.execs.Load() != 4 || f.requests(route2, ResultExecuted) != 4 {
 			t.Fatalf("execs %d executed %d, want 4 4", f.execs.Load(), f.requests(route2, ResultExecuted))
+		}
+	})
+
+	t.Run("a 5xx after the external call began: the claim stays in flight, never a second call", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		// The provider booked, then the handler gave up waiting for its answer (504), as a
+		// handler bounded by its own timeout does.
+		srv := serve(t, f.guard(twoPhaseConfig).TwoPhase(route2, f.twoPhase(nil, func(w http.ResponseWriter, r *http.Request, n int64) {
+			problem(w, http.StatusGatewayTimeout, "provider_timeout", "", 0)
+		})))
+		got := f.do(srv, req{Key: "k1", Body: `{"a":1}`})
+		if got.Status != http.StatusGatewayTimeout || got.Header.Get(HeaderReplayed) != "" {
+			t.Fatalf("first answer %d replayed %q, want 504 not replayed", got.Status, got.Header.Get(HeaderReplayed))
+		}
+		var state string
+		if err := f.pool.QueryRow(context.Background(), `SELECT state FROM idempotency_key`).Scan(&state); err != nil || state != "in_flight" {
+			t.Fatalf("record state %q (%v), want in_flight", state, err)
+		}
+		wantProblem(t, f.do(srv, req{Key: "k1", Body: `{"a":1}`}), http.StatusConflict, CodeInProgress)
+		f.clock.Advance(twoPhaseConfig.RequestTimeout + twoPhaseConfig.LeaseMargin) // the lease ends
+		wantProblem(t, f.do(srv, req{Key: "k1", Body: `{"a":1}`}), http.StatusConflict, CodeOutcomeUnknown)
+		if f.execs.Load() != 1 || f.records() != 1 || f.requests(route2, ResultExecuted) != 1 {
+			t.Fatalf("execs %d records %d executed %d, want 1 1 1", f.execs.Load(), f.records(), f.requests(route2, ResultExecuted))
+		}
+		if !strings.Contains(f.log.String(), "a 5xx answer leaves its claim in flight") {
+			t.Fatalf("log %q lacks the in-flight warning", f.log.String())
 		}
 	})
 
