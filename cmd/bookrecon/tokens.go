@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"regexp"
 	"strings"
@@ -66,25 +67,39 @@ type tokensAddCmd struct {
 
 func (c *tokensAddCmd) Run() error { return c.run(os.Stdout, os.Stderr, time.Now()) }
 
-// run adds a fresh token to the file (creating it) and writes the token alone on out, what was
-// done on info.
+// run adds a fresh token to the file, which must exist (tokens init creates it: a mistyped --file
+// must not create a file no service reads), and writes the token alone on out — before the file,
+// so that a token that could not be written out is never put in force — and what was done on
+// info.
 func (c *tokensAddCmd) run(out, info io.Writer, now time.Time) error {
 	tok, hash := auth.NewToken()
 	e := auth.Entry{SHA256: hash, Tenant: c.Tenant, Principal: c.Principal, Created: now.UTC().Truncate(time.Second)}
 	for _, s := range c.Scope {
 		e.Scopes = append(e.Scopes, auth.Scope(s))
 	}
-	err := auth.UpdateFile(c.File, true, func(f *auth.File) error {
+	if err := (auth.File{Tokens: []auth.Entry{e}}).Validate(); err != nil { // the flags, before the file
+		return exitError{code: service.ExitUsage, err: fmt.Errorf("tokens add: %w", err)}
+	}
+	printed := false
+	err := auth.UpdateFile(c.File, false, func(f *auth.File) error {
 		f.Tokens = append(f.Tokens, e)
 		if err := f.Validate(); err != nil {
 			return exitError{code: service.ExitUsage, err: fmt.Errorf("tokens add: %w", err)}
 		}
+		// The token goes out before the file is written: a token nobody could read (stdout
+		// closed or full) is never put in force.
+		if _, err := fmt.Fprintln(out, tok); err != nil {
+			return fmt.Errorf("tokens add: writing the token: %w; nothing was added", err)
+		}
+		printed = true
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintln(out, tok); err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("tokens add: %s does not exist: create it with bookrecon tokens init, or check --file (BOOKRECON_TOKENS_FILE)", c.File)
+	case err != nil && printed:
+		return fmt.Errorf("tokens add: %w; the token printed is not in force", err)
+	case err != nil:
 		return err
 	}
 	_, err = fmt.Fprintf(info, "token %s for %s/%s (%s) added to %s. It is shown only now: hand it to the caller's secret store; "+

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -213,6 +214,9 @@ func TestTokensConcurrentChangesAllTakeEffect(t *testing.T) {
 	tf := tokensFile{File: file}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	var out bytes.Buffer
+	if err := (&tokensInitCmd{tf}).run(&out); err != nil {
+		t.Fatal(err)
+	}
 	if err := (&tokensAddCmd{Tenant: "t_old", Principal: "svc_old", Scope: []string{"attempts:read"}, tokensFile: tf}).run(&out, &out, now); err != nil {
 		t.Fatal(err)
 	}
@@ -253,3 +257,92 @@ func TestTokensConcurrentChangesAllTakeEffect(t *testing.T) {
 		t.Errorf("tokens after %d concurrent adds and a revoke: %v; want %v", adds, got, want)
 	}
 }
+
+// TestTokensRewriteKeepsModeOwnerAndLink: add and revoke replace the file, keeping the mode,
+// owner and group it had (a service of another user reading it through its group keeps
+// reading it: before, the file came back root-only 0600 and the service kept its old tokens, the
+// revoked one too), and through a symbolic link they replace the file it names, keeping the link.
+func TestTokensRewriteKeepsModeOwnerAndLink(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the file another owner")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens.yaml")
+	var out bytes.Buffer
+	if err := (&tokensInitCmd{tokensFile{file}}).run(&out); err != nil {
+		t.Fatal(err)
+	}
+	const uid, gid = 65534, 65534 // nobody, nogroup
+	if err := os.Chown(file, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.yaml")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	check := func(after string, tokens int) {
+		t.Helper()
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o640 || st.Uid != uid || st.Gid != gid {
+			t.Errorf("after %s: mode %o owner %d:%d, want 640 %d:%d", after, fi.Mode().Perm(), st.Uid, st.Gid, uid, gid)
+		}
+		if l, err := os.Lstat(link); err != nil || l.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("after %s: %s is no longer a link (%v)", after, link, err)
+		}
+		f, err := auth.ReadFile(file)
+		if err != nil || len(f.Tokens) != tokens {
+			t.Errorf("after %s: %d tokens (%v), want %d", after, len(f.Tokens), err, tokens)
+		}
+	}
+	if err := (&tokensAddCmd{Tenant: "t_a", Principal: "svc", Scope: []string{"attempts:read"}, tokensFile: tokensFile{link}}).run(&out, &out, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	check("add through the link", 1)
+	if err := (&tokensRevokeCmd{Tenant: "t_a", Principal: "svc", tokensFile: tokensFile{file}}).run(&out); err != nil {
+		t.Fatal(err)
+	}
+	check("revoke", 0)
+}
+
+// TestTokensAddRefusals: add writes nothing when the file does not exist (a mistyped --file used
+// to create a new file no service reads, and print a token that never worked) or when the token
+// cannot be written out (a token nobody holds was put in force).
+func TestTokensAddRefusals(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "tokns.yaml")
+	var out bytes.Buffer
+	err := (&tokensAddCmd{Tenant: "t_a", Principal: "svc", Scope: []string{"attempts:read"}, tokensFile: tokensFile{missing}}).run(&out, &out, time.Now())
+	want := "tokens add: " + missing + " does not exist: create it with bookrecon tokens init, or check --file (BOOKRECON_TOKENS_FILE)"
+	if err == nil || err.Error() != want || out.Len() != 0 {
+		t.Errorf("add to a missing file = %v (printed %q), want %q and nothing printed", err, out.String(), want)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("add created %s (%v)", missing, err)
+	}
+
+	file := filepath.Join(dir, "tokens.yaml")
+	if err := (&tokensInitCmd{tokensFile{file}}).run(&out); err != nil {
+		t.Fatal(err)
+	}
+	err = (&tokensAddCmd{Tenant: "t_a", Principal: "svc", Scope: []string{"attempts:read"}, tokensFile: tokensFile{file}}).run(failingWriter{}, &out, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "writing the token") || !strings.HasSuffix(err.Error(), "nothing was added") {
+		t.Errorf("add with stdout failing = %v, want writing the token … nothing was added", err)
+	}
+	if f, err := auth.ReadFile(file); err != nil || len(f.Tokens) != 0 {
+		t.Errorf("after a token that could not be printed: %d tokens (%v), want 0", len(f.Tokens), err)
+	}
+}
+
+// failingWriter fails every write, as a full or closed stdout does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -179,8 +180,12 @@ const fileHeader = "# bookrecon tokens file: SHA-256 hashes of bearer tokens, ne
 	"# Managed by bookrecon tokens add|list|revoke; services re-read it on change and on SIGHUP.\n"
 
 // WriteFile validates f and replaces the file at path atomically with it: written to a
-// temporary file in the same folder (mode 0600), synced, renamed over path, and the folder
-// synced, so a service re-reading it sees the old file or the new one, never a part.
+// temporary file in the same folder, synced, renamed over path, and the folder synced, so a
+// service re-reading it sees the old file or the new one, never a part. A new file is mode 0600;
+// a file that exists keeps its mode, owner and group (a service running as another user that
+// reads it through its group keeps reading it — else a revocation would silently not apply),
+// and an error is returned before anything is replaced when they cannot be kept. A symbolic link
+// at path is followed: the file it names is replaced, the link stays.
 func WriteFile(path string, f File) error {
 	if err := f.Validate(); err != nil {
 		return err
@@ -193,6 +198,12 @@ func WriteFile(path string, f File) error {
 		return err
 	}
 	data := append([]byte(fileHeader), body...)
+	path = resolve(path)
+	mode, owner := os.FileMode(0o600), (*syscall.Stat_t)(nil)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+		owner, _ = fi.Sys().(*syscall.Stat_t)
+	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -201,7 +212,12 @@ func WriteFile(path string, f File) error {
 	defer func() { _ = os.Remove(tmp.Name()) }() // gone after the rename; removes a failed write's leftovers
 	_, err = tmp.Write(data)
 	if err == nil {
-		err = tmp.Chmod(0o600)
+		err = tmp.Chmod(mode)
+	}
+	if err == nil && owner != nil {
+		if err = tmp.Chown(int(owner.Uid), int(owner.Gid)); err != nil {
+			err = fmt.Errorf("keeping its owner %d:%d (run as that user, or as root): %w", owner.Uid, owner.Gid, err)
+		}
 	}
 	if err == nil {
 		err = tmp.Sync()

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
-// UpdateFile is the read-modify-write of the tokens file at path, serialised with every other
-// UpdateFile on it: it holds an exclusive flock(2) on path+".lock" (created 0600 beside the file,
+// UpdateFile is the read-modify-write of the tokens file at path (a symbolic link is followed),
+// serialised with every other UpdateFile and CreateFile on it: it holds an exclusive flock(2) on path+".lock" (created 0600 beside the file,
 // left in place) while it reads the file (missing: an empty File when missingOK, else the
 // ReadFile error), lets change edit it, and writes it with WriteFile. Two `bookrecon tokens`
 // commands run at once therefore both take effect; without the lock the second write would drop
@@ -17,6 +18,7 @@ import (
 // nothing is written. The lock is advisory: services only read the file, and WriteFile's rename
 // gives them the old or the new content, never a part.
 func UpdateFile(path string, missingOK bool, change func(*File) error) error {
+	path = resolve(path)
 	return locked(path, func() error {
 		f, err := ReadFile(path)
 		if missingOK && errors.Is(err, fs.ErrNotExist) {
@@ -36,6 +38,7 @@ func UpdateFile(path string, missingOK bool, change func(*File) error) error {
 // that it never overwrites a file another command is writing. created false: the file exists
 // and is left as it is, after ReadFile validated it (its error is returned).
 func CreateFile(path string) (created bool, err error) {
+	path = resolve(path)
 	err = locked(path, func() error {
 		if _, err := os.Stat(path); err == nil {
 			_, err := ReadFile(path)
@@ -45,6 +48,15 @@ func CreateFile(path string) (created bool, err error) {
 		return WriteFile(path, File{})
 	})
 	return created && err == nil, err
+}
+
+// resolve follows a symbolic link at path, so that commands given the link and the file it names
+// take the same lock and replace the same file (WriteFile follows it too).
+func resolve(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
 }
 
 // locked runs fn holding the exclusive lock of path's tokens file (path+".lock").
