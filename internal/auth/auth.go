@@ -357,7 +357,9 @@ func b64token(s string) bool {
 // pattern has a {tenant} wildcard (r.PathValue("tenant") is set), acts for that tenant. It
 // returns the principal, or the problem to answer (401 unauthenticated, 403 forbidden; see the
 // package comment), counted in bookrecon_auth_denials_total. A route without {tenant} is
-// authorized by scope alone. Call it before reading anything else of the request.
+// authorized by scope alone — but one whose pattern has a tenants segment with a wildcard of
+// another name (/tenants/{tenantId}/…) is denied for every token (misnamedTenant): a typo in a
+// pattern fails closed. Call it before reading anything else of the request.
 func (t *Tokens) Authorize(r *http.Request, scope Scope) (Principal, *problem.Details) {
 	p, reason := t.authorize(r, scope)
 	switch reason {
@@ -390,13 +392,22 @@ func (t *Tokens) authorize(r *http.Request, scope Scope) (Principal, string) {
 	if !ok {
 		return Principal{}, ReasonUnknown
 	}
-	if tenant := r.PathValue("tenant"); tenant != "" && tenant != p.Tenant {
+	if tenant := r.PathValue("tenant"); tenant != "" && tenant != p.Tenant || misnamedTenant(r.Pattern) {
 		return Principal{}, ReasonTenant
 	}
 	if !p.Has(scope) {
 		return Principal{}, ReasonScope
 	}
 	return p, ""
+}
+
+// misnamedTenant reports a route pattern whose tenants segment is followed by a wildcard not
+// named {tenant} ("/v1/tenants/{tenantId}/…"): Authorize could not see the tenant there, so it
+// fails closed and denies every request of such a route, whoever's token, instead of
+// authorizing it by scope alone.
+func misnamedTenant(pattern string) bool {
+	_, rest, ok := strings.Cut(pattern, "/tenants/{")
+	return ok && !strings.HasPrefix(rest, "tenant}") && !strings.HasPrefix(rest, "tenant...}")
 }
 
 // Require is net/http middleware: next runs only for a request Authorize lets through, with

@@ -451,3 +451,22 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Errorf("no header:\n%s", data)
 	}
 }
+
+// TestMisnamedTenantWildcardFailsClosed: a route registered as /v1/tenants/{tenantId}/… (a typo
+// of {tenant}) gives Authorize no tenant to check; it denies every request there with the
+// foreign-tenant 403, its own tenant's token included, instead of authorizing by scope alone
+// (before: tenant A's token read tenant B's resource, 200).
+func TestMisnamedTenantWildcardFailsClosed(t *testing.T) {
+	t.Parallel()
+	tk, toks := authtest.Open(t, authtest.Reader("t_a", "checkout"))
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/tenants/{tenantId}/things", tk.Require(auth.ScopeAttemptsRead, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok")
+	})))
+	for _, path := range []string{"/v1/tenants/t_b/things", "/v1/tenants/t_a/things"} {
+		got := do(mux, path, "Bearer "+toks[0])
+		if got.code != http.StatusForbidden || !strings.Contains(got.body, `"detail":"the token does not act for this tenant"`) {
+			t.Errorf("%s under {tenantId}: %d %s, want the foreign-tenant 403", path, got.code, got.body)
+		}
+	}
+}
