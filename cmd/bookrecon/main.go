@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/service"
 )
@@ -62,7 +63,7 @@ func main() {
 		kong.UsageOnError(), kong.BindTo(ctx, (*context.Context)(nil)))
 	c.Globals.DatabaseURL = cmp.Or(c.Globals.DatabaseURL, postgres.DefaultURL)
 	if err := kctx.Run(&c.Globals); err != nil {
-		fmt.Fprintln(os.Stderr, "bookrecon:", err)
+		fmt.Fprintln(os.Stderr, "bookrecon:", auth.Redact(err.Error())) // a token typed as a value is not echoed
 		var e exitError
 		if errors.As(err, &e) {
 			os.Exit(e.code)

@@ -41,6 +41,15 @@ const TokenPrefix = "bookrecon_"
 // tokenBytes is the randomness of a token: 256 bits.
 const tokenBytes = 32
 
+// tokenPattern matches a token NewToken makes (TokenPrefix and 43 base64url characters), and
+// a mistyped or truncated one of at least 8.
+var tokenPattern = regexp.MustCompile(regexp.QuoteMeta(TokenPrefix) + `[A-Za-z0-9_-]{8,}`)
+
+// Redact replaces every token in s with TokenPrefix and "[redacted]", for messages that may echo
+// what a user typed (a token pasted as an argument: "unexpected argument bookrecon_…"), so that
+// secrets never appear in output.
+func Redact(s string) string { return tokenPattern.ReplaceAllString(s, TokenPrefix+"[redacted]") }
+
 // NewToken returns a fresh bearer token: TokenPrefix then 32 bytes from crypto/rand in
 // unpadded base64url (53 characters in all), and its Hash. Show the token once to whoever will
 // use it and store only the hash.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/bookrecon/bookrecon/internal/auth"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/providers"
 )
@@ -35,10 +36,20 @@ func ParseFlags(cli any, opts ...kong.Option) *kong.Context {
 	}
 	ctx, err := p.Parse(os.Args[1:])
 	if err != nil {
-		p.FatalIfErrorf(usageError{err})
+		// The usage goes with the error to stderr, so that stdout holds only what a command
+		// prints on success (TOKEN=$(bookrecon tokens add …) never captures help text); a token
+		// typed where it does not belong is not echoed back.
+		p.Stdout = p.Stderr
+		p.FatalIfErrorf(usageError{redacted{err}})
 	}
 	return ctx
 }
+
+// redacted is an error whose message has every bearer token masked (auth.Redact).
+type redacted struct{ error }
+
+func (e redacted) Error() string { return auth.Redact(e.error.Error()) }
+func (e redacted) Unwrap() error { return e.error }
 
 // File is a flag naming a file that must exist: unlike kong's existingfile, an empty value (an
 // empty variable) says the flag is required, and a directory is refused by name.

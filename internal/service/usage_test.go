@@ -86,3 +86,39 @@ func TestHelpShowsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageErrorsWriteStderrOnly: on a usage error the usage goes with the error to stderr and
+// stdout stays empty (TOKEN=$(bookrecon tokens add …) without --scope captured the help text),
+// and a token typed where it does not belong — an argument, a flag's value — is masked
+// (it was echoed: "unexpected argument bookrecon_…"); --help still writes stdout.
+func TestUsageErrorsWriteStderrOnly(t *testing.T) {
+	t.Parallel()
+	dir := pipelinetest.BuildBinaries(t, "bookrecon")
+	bin := filepath.Join(dir, "bookrecon")
+	file := filepath.Join(t.TempDir(), "tokens.yaml")
+	if _, _, code := pipelinetest.RunBinary(t, 20*time.Second, bin, nil, "tokens", "init", "--file", file); code != 0 {
+		t.Fatalf("tokens init: exit %d", code)
+	}
+	const token = "bookrecon_66YIHSY51LU0ZtxHkXrLn-dDwV9a7y5LmI8O96uwGGY"
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"NoScope", []string{"tokens", "add", "--tenant", "t_a", "--principal", "p", "--file", file}, `missing flags: --scope=S,...`},
+		{"TokenAsArgument", []string{"tokens", "revoke", token, "--file", file}, "unexpected argument bookrecon_[redacted]"},
+		{"TokenAsScope", []string{"tokens", "add", "--tenant", "t_a", "--principal", "p", "--scope", token, "--file", file}, `scope "bookrecon_[redacted]" is none of`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := pipelinetest.RunBinary(t, 20*time.Second, bin, nil, tt.args...)
+			if code != 80 || stdout != "" || !strings.Contains(stderr, tt.want) || strings.Contains(stderr, token) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 80, nothing on stdout, %q in stderr and no token", code, stdout, stderr, tt.want)
+			}
+		})
+	}
+	stdout, _, code := pipelinetest.RunBinary(t, 20*time.Second, bin, nil, "tokens", "add", "--help")
+	if code != 0 || !strings.HasPrefix(stdout, "Usage: bookrecon tokens add") {
+		t.Errorf("tokens add --help: exit %d, stdout %q; want 0 and the usage", code, stdout)
+	}
+}
