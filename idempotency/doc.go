@@ -9,7 +9,7 @@
 // A key is scoped by (tenant, principal, Idempotency-Key); Config.Scope supplies the tenant and
 // principal from the authenticated request (the authentication middleware runs first, so
 // authorization precedes validation and any idempotency look-up). The request's fingerprint is
-// computed by the route's FingerprintFunc (DefaultFingerprint: method, route template, path and
+// computed by the route's FingerprintFunc (DefaultFingerprint: method, route template, path, query and
 // the whole body). Then, for the record of the key:
 //
 //	the key's record           the request        answer

@@ -21,18 +21,21 @@ type FingerprintFunc func(r *http.Request, route string, body []byte) (Fingerpri
 
 // DefaultFingerprint is docs/design.md's fingerprint "for every other route": the SHA-256 of the
 // RFC 8785 JSON of {method, route (the template the route was registered with), path (the
-// request's path, so the path parameters), body}. A body that is I-JSON is taken as JSON, so
-// member order and whitespace do not change the fingerprint; any other body (empty, not JSON)
-// is taken as its bytes (base64). It never fails.
+// request's path, so the path parameters), query, body}. The query is its parameters sorted by
+// name (url.Values.Encode), omitted when empty: POST /x?dry_run=true and POST /x with one key
+// are two requests (422), not a replay of the dry run. A body that is I-JSON is taken as JSON,
+// so member order and whitespace do not change the fingerprint; any other body (empty, not
+// JSON) is taken as its bytes (base64). It never fails.
 func DefaultFingerprint(r *http.Request, route string, body []byte) (Fingerprint, error) {
 	type doc struct {
 		Method    string          `json:"method"`
 		Route     string          `json:"route"`
 		Path      string          `json:"path"`
+		Query     string          `json:"query,omitempty"`
 		Body      json.RawMessage `json:"body,omitempty"`
 		BodyBytes []byte          `json:"bodyBytes,omitempty"`
 	}
-	d := doc{Method: r.Method, Route: route, Path: r.URL.EscapedPath()}
+	d := doc{Method: r.Method, Route: route, Path: r.URL.EscapedPath(), Query: r.URL.Query().Encode()}
 	if c := jsontext.Value(append([]byte(nil), body...)); len(body) > 0 && c.Canonicalize() == nil {
 		d.Body = json.RawMessage(c)
 	} else {

@@ -70,6 +70,10 @@ func TestDefaultFingerprint(t *testing.T) {
 	same := map[string]Fingerprint{
 		"member order and whitespace": fp("POST", "/v1/tenants/t_a/things", "POST /v1/tenants/{tenant}/things", "{ \"b\": [1, 2],\n \"a\": 1.0 }"),
 	}
+	// Query parameters in another order are the same query.
+	if fp("POST", "/p?a=1&b=2", "r", "") != fp("POST", "/p?b=2&a=1", "r", "") {
+		t.Error("the order of query parameters changed the fingerprint")
+	}
 	for name, got := range same {
 		if got != base {
 			t.Errorf("%s changed the fingerprint", name)
@@ -83,6 +87,7 @@ func TestDefaultFingerprint(t *testing.T) {
 		"method":         fp("PATCH", "/v1/tenants/t_a/things", "POST /v1/tenants/{tenant}/things", `{"a":1,"b":[1,2]}`),
 		"not JSON":       fp("POST", "/v1/tenants/t_a/things", "POST /v1/tenants/{tenant}/things", `{"a":1,"b":[1,2]`),
 		"empty":          fp("POST", "/v1/tenants/t_a/things", "POST /v1/tenants/{tenant}/things", ``),
+		"query":          fp("POST", "/v1/tenants/t_a/things?dry_run=true", "POST /v1/tenants/{tenant}/things", `{"a":1,"b":[1,2]}`),
 	}
 	seen := map[Fingerprint]string{base: "base"}
 	for name, got := range differ {
