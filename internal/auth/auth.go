@@ -149,7 +149,8 @@ type Tokens struct {
 	log     *slog.Logger
 	metrics *Metrics
 	set     atomic.Pointer[tokenSet]
-	mu      sync.Mutex // one reload at a time
+	mu      sync.Mutex  // one reload at a time
+	invalid atomic.Bool // the last re-read failed (FileInvalid)
 	// eq compares hashes: subtle.ConstantTimeCompare (an internal test counts the calls).
 	eq func(x, y []byte) int
 }
@@ -219,6 +220,7 @@ func (t *Tokens) load() (changed bool, err error) {
 // cause says why, for the log (sighup, change).
 func (t *Tokens) Reload(cause string) error {
 	changed, err := t.load()
+	wasInvalid := t.invalid.Swap(err != nil)
 	t.metrics.FileInvalid.Set(0)
 	switch {
 	case err != nil:
@@ -231,6 +233,10 @@ func (t *Tokens) Reload(cause string) error {
 		t.warnEmpty()
 	default:
 		t.metrics.Reloads.WithLabelValues(ReloadUnchanged).Inc()
+		if wasInvalid {
+			// Back to the content in force: say so, or the last line would stay the error.
+			t.log.Info("tokens file valid again, unchanged from the tokens in force", "path", t.path, "cause", cause)
+		}
 	}
 	return err
 }
@@ -245,6 +251,16 @@ func (t *Tokens) warnEmpty() {
 // reloadDelay gathers the events of one write (an editor's truncate and write, a rename) into
 // one re-read.
 const reloadDelay = 50 * time.Millisecond
+
+// concerns reports whether a change of name in the tokens file's folder may change the file:
+// the file itself (written in place or renamed over) or a Kubernetes secret's ".."-prefixed
+// entries (..data, swapped to publish a new version). Other files of the folder — a service's
+// own log written there, the tokens commands' temporary and lock files — do not trigger a
+// re-read (a re-read that logs into the folder would trigger itself).
+func (t *Tokens) concerns(name string) bool {
+	base := filepath.Base(name)
+	return base == filepath.Base(t.path) || strings.HasPrefix(base, "..")
+}
 
 // Watch re-reads the tokens file (Reload) on SIGHUP and whenever its folder changes (fsnotify
 // on the folder, so an atomic rename over the file and a Kubernetes secret's symlink swap are
@@ -274,11 +290,13 @@ func (t *Tokens) Watch(ctx context.Context) (wait func(), err error) {
 				return
 			case <-hup:
 				_ = t.Reload("sighup")
-			case _, ok := <-w.Events:
+			case ev, ok := <-w.Events:
 				if !ok {
 					return
 				}
-				timer.Reset(reloadDelay)
+				if t.concerns(ev.Name) {
+					timer.Reset(reloadDelay)
+				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return

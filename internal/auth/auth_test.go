@@ -470,3 +470,49 @@ func TestMisnamedTenantWildcardFailsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchIgnoresOtherFilesInTheFolder: only the tokens file (and a Kubernetes secret's ".."
+// entries) trigger a re-read. A service whose log file sits in the tokens folder, with the file
+// invalid, logged an error for each of its own log lines (about 19 a second); here 20 writes to
+// another file of the folder re-read nothing, and a file back to the content in force says so.
+func TestWatchIgnoresOtherFilesInTheFolder(t *testing.T) {
+	t.Parallel()
+	path, _ := authtest.File(t, authtest.Reader("t_a", "checkout"))
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, logs := watched(t, path)
+	reloads := func() float64 {
+		var n float64
+		for _, r := range []string{auth.ReloadOK, auth.ReloadUnchanged, auth.ReloadError} {
+			n += testutil.ToFloat64(tk.Metrics().Reloads.WithLabelValues(r))
+		}
+		return n
+	}
+	other := filepath.Join(filepath.Dir(path), "query-api.log")
+	for i := range 20 {
+		if err := os.WriteFile(other, []byte(strings.Repeat("x", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // past the reload delay
+	if n := reloads(); n != 0 {
+		t.Errorf("%v re-reads after writes to another file of the folder, want 0", n)
+	}
+	// Invalid, then back to the content in force: one error, then the recovery line.
+	if err := os.WriteFile(path, []byte("tokens: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the invalid file counted", func() bool { return testutil.ToFloat64(tk.Metrics().FileInvalid) == 1 })
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the recovery logged", func() bool {
+		return strings.Contains(logs.String(), `"msg":"tokens file valid again, unchanged from the tokens in force"`)
+	})
+	if got := testutil.ToFloat64(tk.Metrics().FileInvalid); got != 0 {
+		t.Errorf("bookrecon_auth_tokens_file_invalid = %v after the recovery, want 0", got)
+	}
+}
