@@ -476,7 +476,8 @@ func TestMisnamedTenantWildcardFailsClosed(t *testing.T) {
 // invalid, logged an error for each of its own log lines (about 19 a second); here 20 writes to
 // another file of the folder re-read nothing, and a file back to the content in force says so.
 func TestWatchIgnoresOtherFilesInTheFolder(t *testing.T) {
-	t.Parallel()
+	// Not parallel: TestReloadOnSIGHUP's SIGHUP re-reads every watched file of the process, and
+	// this test counts re-reads (a test that is not parallel never runs beside the parallel ones).
 	path, _ := authtest.File(t, authtest.Reader("t_a", "checkout"))
 	good, err := os.ReadFile(path)
 	if err != nil {
