@@ -315,7 +315,7 @@ func (rt *route) decide(rec *record, fp Fingerprint, now time.Time) reply {
 	case rec.LeaseExpires != nil && !now.Before(*rec.LeaseExpires):
 		rt.count(ResultOutcomeUnknown)
 		return func(w http.ResponseWriter) {
-			problem(w, http.StatusConflict, CodeOutcomeUnknown, "the first request with this Idempotency-Key stopped before its answer was recorded; it is not run again: look the resource up (its outcome is being reconciled)", 0)
+			problem(w, http.StatusConflict, CodeOutcomeUnknown, "the first request with this Idempotency-Key ran past its lease with no answer recorded (it stopped, or is still waiting on its external call); it is not run again: look the resource up (its outcome is being reconciled)", 0)
 		}
 	default:
 		return rt.inProgress()
