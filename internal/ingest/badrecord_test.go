@@ -70,7 +70,7 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 	}
 	h.WaitFor("4 applied, 5 dead letters, outbox drained", 60*time.Second, func() bool {
 		return h.Scalar(`SELECT count(*) FROM processed_event`) == 4 &&
-			h.Scalar(`SELECT count(*) FROM outbox WHERE topic IN ($1, $2)`, h.Topics.AttemptsDLQ, h.Topics.DecisionsDLQ) == 5 &&
+			h.Scalar(`SELECT count(*) FROM outbox_fact WHERE topic IN ($1, $2)`, h.Topics.AttemptsDLQ, h.Topics.DecisionsDLQ) == 5 &&
 			h.OutboxDrained()
 	})
 	if n := h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status = 'IN_PROGRESS'`); n != 4 {

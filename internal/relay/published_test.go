@@ -93,4 +93,3 @@ func describeRecord(r *kgo.Record) string {
 	b.WriteByte(']')
 	return b.String()
 }
-
