@@ -48,7 +48,7 @@ type Message struct {
 // no-op, so re-deriving a fact never publishes it twice (outbox_fact keeps every fact, published
 // or not).
 func Insert(ctx context.Context, tx pgx.Tx, m Message) error {
-	if err := InsertMany(ctx, tx, []Message{m}); err != nil {
+	if err := insert(ctx, tx, []Message{m}); err != nil {
 		return fmt.Errorf("outbox: insert %s %s: %w", m.Topic, m.EventID, err)
 	}
 	return nil
@@ -61,6 +61,14 @@ func InsertMany(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	if err := insert(ctx, tx, msgs); err != nil {
+		return fmt.Errorf("outbox: insert %d rows: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// insert runs outbox_insert_many for msgs.
+func insert(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 	topics := make([]string, len(msgs))
 	keys := make([][]byte, len(msgs))
 	values := make([][]byte, len(msgs))
@@ -71,10 +79,7 @@ func InsertMany(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 		headers[i] = EncodeHeaders(m.Headers, m.EventID, m.Key)
 	}
 	_, err := tx.Exec(ctx, stmts.SQL("outbox_insert_many"), topics, keys, values, headers, ids)
-	if err != nil {
-		return fmt.Errorf("outbox: insert %d rows: %w", len(msgs), err)
-	}
-	return nil
+	return err
 }
 
 // CloudEvent builds the CloudEvents 1.0 binary-mode headers (Kafka protocol binding) of a JSON
@@ -123,7 +128,7 @@ type SetAsideRow struct {
 	ID         int64
 	Topic      string
 	EventID    string
-	Bytes      int // the record's size: key, value, and every header's key and value
+	Bytes      int // the record's size: key, value, and every header's key and value (headers that do not decode: as stored)
 	Failures   int
 	ErrorClass ErrorClass
 	LastError  string
@@ -143,11 +148,11 @@ func SetAside(ctx context.Context, db Querier, limit int) ([]SetAsideRow, error)
 		if err := r.Scan(&x.ID, &x.Topic, &x.EventID, &key, &value, &headers, &x.Failures, &x.ErrorClass, &x.LastError, &x.SetAsideAt); err != nil {
 			return x, err
 		}
-		hs, err := DecodeHeaders(headers, x.EventID, key)
-		if err != nil {
-			return x, fmt.Errorf("row %d: %w", x.ID, err)
-		}
 		x.Bytes = len(key) + value
+		hs, err := DecodeHeaders(headers, x.EventID, key)
+		if err != nil { // set aside for that (internal/relay): its headers as stored
+			x.Bytes += len(headers)
+		}
 		for _, h := range hs {
 			x.Bytes += len(h.Key) + len(h.Value)
 		}

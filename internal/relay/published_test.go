@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -92,4 +95,49 @@ func describeRecord(r *kgo.Record) string {
 	}
 	b.WriteByte(']')
 	return b.String()
+}
+
+// TestRelaySetsAsideMalformedHeaders: a row whose headers column does not decode is set aside
+// as invalid_record without being sent, and parks its key (the key's later row waits) while
+// another key's row is published; once its headers are mended and it is retried, both rows of
+// its key follow in order.
+func TestRelaySetsAsideMalformedHeaders(t *testing.T) {
+	t.Parallel()
+	out := "out." + kafkatest.Suffix()
+	e := newRelayEnv(t, out)
+	kafkatest.CreateTopics(t, 1, out)
+	waitTopics(t, e.adm, out)
+	e.insert(t, msg(out, "A", "a1", 10), msg(out, "A", "a2", 10), msg(out, "B", "b1", 10))
+	if _, err := e.pool.Exec(context.Background(), `UPDATE outbox SET headers = '\x02ee' WHERE event_id = 'a1'`); err != nil {
+		t.Fatal(err)
+	}
+	e.rounds(t, 3)
+	aside, err := outbox.SetAside(context.Background(), e.pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(aside) != 1 || aside[0].EventID != "a1" || aside[0].ErrorClass != outbox.ClassInvalidRecord || aside[0].Failures != 1 ||
+		aside[0].LastError != fmt.Sprintf("row %d headers: header 0 value: outbox: malformed headers: code 238", aside[0].ID) {
+		t.Fatalf("set aside = %+v, want a1 once as invalid_record with the decoding error", aside)
+	}
+	if n := e.scalar(t, `SELECT count(*) FROM outbox WHERE event_id = 'a2' AND publish_failures = 0 AND set_aside_at IS NULL`); n != 1 {
+		t.Errorf("a2 waiting untried: %d rows, want 1", n)
+	}
+	if n := testutil.ToFloat64(e.metrics.PublishFailures.WithLabelValues(out, "invalid_record")); n != 1 {
+		t.Errorf("publish failures {invalid_record} = %v, want 1", n)
+	}
+
+	if _, err := e.pool.Exec(context.Background(), `UPDATE outbox SET headers = '\x0201' WHERE event_id = 'a1'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Retry(context.Background(), e.pool, aside[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	e.rounds(t, 3)
+	if got := names(t, out, 3); !slices.Equal(got, []string{"b1", "a1", "a2"}) {
+		t.Errorf("records on %s = %v, want b1, then a1 and a2 in order", out, got)
+	}
+	if n := e.scalar(t, `SELECT count(*) FROM outbox`); n != 0 {
+		t.Errorf("outbox rows left = %d, want 0", n)
+	}
 }

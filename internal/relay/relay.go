@@ -260,6 +260,9 @@ type row struct {
 	rec      *kgo.Record
 	failures int
 	eventID  string
+	// headersErr: the row's headers column does not decode (outbox.ErrHeaders); the row is set
+	// aside as invalid_record without being sent, and parks its key like any set-aside row.
+	headersErr error
 }
 
 // RunOnce publishes up to batch pending rows in id order and returns how many it published. A
@@ -309,7 +312,14 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	for _, wave := range waves(rows) {
 		var send []*row
 		for _, w := range wave {
-			if !stopped[keyOf(w)] && !r.isPaused(w.rec.Topic) {
+			switch {
+			case stopped[keyOf(w)] || r.isPaused(w.rec.Topic):
+			case w.headersErr != nil:
+				failed = append(failed, failure{w, outbox.ClassInvalidRecord, w.headersErr})
+				if w.rec.Key != nil {
+					stopped[keyOf(w)] = true
+				}
+			default:
 				send = append(send, w)
 			}
 		}
@@ -479,7 +489,7 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 		}
 		hs, err := outbox.DecodeHeaders(headers, w.eventID, key)
 		if err != nil {
-			return nil, fmt.Errorf("row %d headers: %w", w.id, err)
+			w.headersErr = fmt.Errorf("row %d headers: %w", w.id, err)
 		}
 		w.rec = &kgo.Record{Topic: topic, Key: key, Value: value}
 		for _, h := range hs {
