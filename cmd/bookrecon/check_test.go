@@ -87,7 +87,7 @@ func TestCheckWaitsUntilSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{
-		`UPDATE outbox SET published_at = now() WHERE id = 1`,
+		`DELETE FROM outbox WHERE id = 1`, // published: the relay deletes the row
 		`INSERT INTO escalation (escalation_id, attempt_id, tenant_id, reason, state, opened_at)
 			VALUES (gen_random_uuid(), '01900000-0000-7000-8000-000000000001', 't_1', 'deadline_exceeded', 'open', now())`,
 	} {

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/ingest"
+	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 
@@ -26,12 +28,14 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 	h := pipelinetest.New(t, 1)
 	ctx := context.Background()
 	// The database refuses the dead letter of the non-object record as first built (as a CHECK
-	// would): the ingester must write it again, not pause as if PostgreSQL were down.
+	// would): the ingester must write it again, not pause as if PostgreSQL were down. The headers
+	// are in outbox.EncodeHeaders's encoding: the detail is its key's code, then a literal.
+	detail := outbox.EncodeHeaders([]outbox.Header{{Key: "bookrecon.dlq.detail", Value: "record is not a JSON object"}}, "", nil)
 	for _, q := range []string{
 		`CREATE FUNCTION refuse_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = '23514'; END $$`,
 		`CREATE TRIGGER refuse_dead_letter BEFORE INSERT ON outbox FOR EACH ROW
-		WHEN (NEW.headers @> '[{"k": "bookrecon.dlq.detail", "v": "record is not a JSON object"}]')
+		WHEN (position('\x` + hex.EncodeToString(detail) + `'::bytea IN NEW.headers) > 0)
 		EXECUTE FUNCTION refuse_dead_letter()`,
 	} {
 		if _, err := h.Pool.Exec(ctx, q); err != nil {
@@ -70,7 +74,7 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 	}
 	h.WaitFor("4 applied, 5 dead letters, outbox drained", 60*time.Second, func() bool {
 		return h.Scalar(`SELECT count(*) FROM processed_event`) == 4 &&
-			h.Scalar(`SELECT count(*) FROM outbox WHERE topic IN ($1, $2)`, h.Topics.AttemptsDLQ, h.Topics.DecisionsDLQ) == 5 &&
+			h.Scalar(`SELECT count(*) FROM outbox_fact WHERE topic IN ($1, $2)`, h.Topics.AttemptsDLQ, h.Topics.DecisionsDLQ) == 5 &&
 			h.OutboxDrained()
 	})
 	if n := h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status = 'IN_PROGRESS'`); n != 4 {

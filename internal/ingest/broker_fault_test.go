@@ -120,7 +120,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n := count(`SELECT count(*) FROM outbox WHERE topic = '` + tp.AttemptsDLQ + `'`); n != 0 {
+	if n := count(`SELECT count(*) FROM outbox_fact WHERE topic = '` + tp.AttemptsDLQ + `'`); n != 0 {
 		t.Errorf("dead letters = %d, want 0", n)
 	}
 	if n := count(`SELECT count(*) FROM attempt_transition`); n != gen.UniqueEvents {

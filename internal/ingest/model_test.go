@@ -354,23 +354,16 @@ func assertModel(t testing.TB, h *pipelinetest.Harness, m *model) {
 	if n := h.Scalar(`SELECT count(*) FROM attempt_transition WHERE from_status IS DISTINCT FROM to_status`); n != m.stateChanges {
 		t.Errorf("state changes = %d, want %d", n, m.stateChanges)
 	}
-	// Exactly one resolution outbox row per terminal attempt, none for the others.
+	// Exactly one resolution outbox fact per terminal attempt, none for the others (the facts'
+	// values: in the outbox while pending, on the topic once published).
 	perAttempt := map[string]int{}
-	rows, err = h.Pool.Query(ctx, `SELECT v->>'tenantId' || '/' || (v->>'idempotencyKey'), count(*)
-		FROM (SELECT convert_from(value, 'UTF8')::jsonb AS v FROM outbox WHERE topic = $1) r GROUP BY 1`, h.Topics.Resolutions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			t.Fatal(err)
+	resolutions := h.FactValues(h.Topics.Resolutions)
+	for id, v := range resolutions {
+		var r struct{ TenantID, IdempotencyKey string }
+		if err := json.Unmarshal(v, &r); err != nil {
+			t.Fatalf("resolution %s: %v", id, err)
 		}
-		perAttempt[k] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		perAttempt[r.TenantID+"/"+r.IdempotencyKey]++
 	}
 	bad := 0
 	for k, a := range m.attempts {
@@ -383,8 +376,8 @@ func assertModel(t testing.TB, h *pipelinetest.Harness, m *model) {
 			t.Errorf("%s (%s): %d resolution rows, want %d", k, a.Status, perAttempt[k], want)
 		}
 	}
-	if n := h.Scalar(`SELECT count(*) FROM outbox WHERE topic = $1`, h.Topics.Resolutions); n != m.terminal() {
-		t.Errorf("resolution rows = %d, want %d terminal attempts", n, m.terminal())
+	if n := h.Scalar(`SELECT count(*) FROM outbox_fact WHERE topic = $1`, h.Topics.Resolutions); n != m.terminal() || len(resolutions) != n {
+		t.Errorf("resolution facts = %d (%d values read), want %d terminal attempts", n, len(resolutions), m.terminal())
 	}
 	// Escalations: exactly the modelled ones, each with its one escalation.opened row.
 	rows, err = h.Pool.Query(ctx, `SELECT a.tenant_id || '/' || a.idempotency_key || ' ' || e.reason
@@ -406,12 +399,12 @@ func assertModel(t testing.TB, h *pipelinetest.Harness, m *model) {
 	if diff := cmp.Diff(append([]string{}, m.escalations...), gotEsc); diff != "" {
 		t.Errorf("escalations (-want +got):\n%s", clip(diff))
 	}
-	if n := h.Scalar(`SELECT count(*) FROM outbox WHERE topic = $1`, h.Topics.Escalations); n != len(m.escalations) {
+	if n := h.Scalar(`SELECT count(*) FROM outbox_fact WHERE topic = $1`, h.Topics.Escalations); n != len(m.escalations) {
 		t.Errorf("escalation outbox rows = %d, want %d", n, len(m.escalations))
 	}
 	for _, q := range []string{
 		`SELECT count(*) FROM anomaly`,
-		`SELECT count(*) FROM outbox WHERE topic NOT IN ('` + h.Topics.Resolutions + `', '` + h.Topics.Escalations + `')`,
+		`SELECT count(*) FROM outbox_fact WHERE topic NOT IN ('` + h.Topics.Resolutions + `', '` + h.Topics.Escalations + `')`,
 	} {
 		if n := h.Scalar(q); n != 0 {
 			t.Errorf("%s = %d, want 0", q, n)

@@ -109,12 +109,12 @@ func appliedOnce(t *testing.T, h *pipelinetest.Harness, gen loadgen.Output) {
 		q    string
 		want int
 	}{
-		{"dead letters", `SELECT count(*) FROM outbox WHERE topic = '` + h.Topics.AttemptsDLQ + `'`, 0},
+		{"dead letters", `SELECT count(*) FROM outbox_fact WHERE topic = '` + h.Topics.AttemptsDLQ + `'`, 0},
 		{"attempts", `SELECT count(*) FROM booking_attempt`, len(gen.Expected)},
 		{"CONFIRMED", `SELECT count(*) FROM booking_attempt WHERE status = 'CONFIRMED' AND resolution_source = 'event'`, countStatus(gen, "CONFIRMED")},
 		{"FAILED", `SELECT count(*) FROM booking_attempt WHERE status = 'FAILED' AND resolution_source = 'event'`, countStatus(gen, "FAILED")},
 		{"audit rows (one per unique event)", `SELECT count(*) FROM attempt_transition`, gen.UniqueEvents},
-		{"resolutions (one per attempt)", `SELECT count(*) FROM outbox WHERE topic = '` + h.Topics.Resolutions + `'`, len(gen.Expected)},
+		{"resolutions (one per attempt)", `SELECT count(*) FROM outbox_fact WHERE topic = '` + h.Topics.Resolutions + `'`, len(gen.Expected)},
 	} {
 		if got := h.Scalar(c.q); got != c.want {
 			t.Errorf("%s = %d, want %d", c.what, got, c.want)

@@ -55,7 +55,7 @@ func TestSampleIngesterOnly(t *testing.T) {
 	}
 	h.WaitFor("62 processed events, 10 dead letters, outbox drained", 60*time.Second, func() bool {
 		return h.Scalar(`SELECT count(*) FROM processed_event`) == h.Expected.Counts.UniqueValidEvents &&
-			h.Scalar(`SELECT count(*) FROM outbox WHERE topic = $1`, h.Topics.AttemptsDLQ) == h.Expected.Counts.DeadLetters &&
+			h.Scalar(`SELECT count(*) FROM outbox_fact WHERE topic = $1`, h.Topics.AttemptsDLQ) == h.Expected.Counts.DeadLetters &&
 			h.OutboxDrained()
 	})
 

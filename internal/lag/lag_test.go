@@ -68,12 +68,14 @@ func TestCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Three pending outbox rows (one 90 s old, one set aside), one published, one set aside and
-	// then discarded.
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox (topic, value, event_id, created_at, published_at, set_aside_at, discarded_at, discard_reason) VALUES
-		('t', 'v', 'e1', now() - interval '90 seconds', NULL, NULL, NULL, NULL), ('t', 'v', 'e2', now(), NULL, NULL, NULL, NULL),
-		('t', 'v', 'e3', now() - interval '1 hour', now(), NULL, NULL, NULL), ('t', 'v', 'e4', now(), NULL, now(), NULL, NULL),
-		('t', 'v', 'e5', now() - interval '2 hours', NULL, now(), now(), 'test')`); err != nil {
+	// Three pending outbox rows (one 90 s old, one set aside), one published (its fact kept, its
+	// row gone), one set aside and then discarded.
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox (topic, value, event_id, created_at, set_aside_at, discarded_at, discard_reason) VALUES
+		('t', 'v', 'e1', now() - interval '90 seconds', NULL, NULL, NULL), ('t', 'v', 'e2', now(), NULL, NULL, NULL),
+		('t', 'v', 'e4', now(), now(), NULL, NULL), ('t', 'v', 'e5', now() - interval '2 hours', now(), now(), 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_fact (topic, event_id) VALUES ('t', 'e1'), ('t', 'e2'), ('t', 'e3'), ('t', 'e4'), ('t', 'e5')`); err != nil {
 		t.Fatal(err)
 	}
 	// UNKNOWN attempts: overdue (fast BOOK 10m, UNKNOWN 20m), within its deadline (fast REFUND

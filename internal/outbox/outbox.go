@@ -3,14 +3,15 @@
 // SetAside, Retry, Discard, CountSetAside and Backlog are the queries of the CLI and the metrics.
 // It links no Kafka client: internal/relay publishes the rows, in the services that write them
 // (docs/decisions.md, "Where relays run"). Delivery is at-least-once: a republished record
-// carries the same deterministic eventId, so consumers deduplicate it. Its SQL is
-// sql/outbox.sql.
+// carries the same deterministic eventId, so consumers deduplicate it. A row leaves the outbox
+// when the relay has published it; outbox_fact keeps every (topic, eventId) ever written, so
+// re-deriving a fact stays a no-op, and a row's headers are stored in a compact encoding
+// (headers.go). Its SQL is sql/outbox.sql.
 package outbox
 
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -44,42 +45,41 @@ type Message struct {
 }
 
 // Insert writes m into the outbox inside tx; a second row for the same (topic, eventId) is a
-// no-op, so re-deriving a fact never publishes it twice.
+// no-op, so re-deriving a fact never publishes it twice (outbox_fact keeps every fact, published
+// or not).
 func Insert(ctx context.Context, tx pgx.Tx, m Message) error {
-	h, err := json.Marshal(m.Headers)
-	if err != nil {
-		return fmt.Errorf("outbox: headers: %w", err)
-	}
-	_, err = tx.Exec(ctx, stmts.SQL("outbox_insert"), m.Topic, m.Key, m.Value, h, m.EventID)
-	if err != nil {
+	if err := insert(ctx, tx, []Message{m}); err != nil {
 		return fmt.Errorf("outbox: insert %s %s: %w", m.Topic, m.EventID, err)
 	}
 	return nil
 }
 
 // InsertMany writes msgs into the outbox inside tx in one statement, in order (ids ascend in
-// slice order); (topic, eventId) repeats are no-ops as in Insert.
+// slice order); (topic, eventId) repeats are no-ops as in Insert. Headers are stored in the
+// compact encoding of EncodeHeaders.
 func InsertMany(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	topics := make([]string, len(msgs))
-	keys := make([][]byte, len(msgs))
-	values := make([][]byte, len(msgs))
-	headers := make([]string, len(msgs))
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		h, err := json.Marshal(m.Headers)
-		if err != nil {
-			return fmt.Errorf("outbox: headers: %w", err)
-		}
-		topics[i], keys[i], values[i], headers[i], ids[i] = m.Topic, m.Key, m.Value, string(h), m.EventID
-	}
-	_, err := tx.Exec(ctx, stmts.SQL("outbox_insert_many"), topics, keys, values, headers, ids)
-	if err != nil {
+	if err := insert(ctx, tx, msgs); err != nil {
 		return fmt.Errorf("outbox: insert %d rows: %w", len(msgs), err)
 	}
 	return nil
+}
+
+// insert runs outbox_insert_many for msgs.
+func insert(ctx context.Context, tx pgx.Tx, msgs []Message) error {
+	topics := make([]string, len(msgs))
+	keys := make([][]byte, len(msgs))
+	values := make([][]byte, len(msgs))
+	headers := make([][]byte, len(msgs))
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		topics[i], keys[i], values[i], ids[i] = m.Topic, m.Key, m.Value, m.EventID
+		headers[i] = EncodeHeaders(m.Headers, m.EventID, m.Key)
+	}
+	_, err := tx.Exec(ctx, stmts.SQL("outbox_insert_many"), topics, keys, values, headers, ids)
+	return err
 }
 
 // CloudEvent builds the CloudEvents 1.0 binary-mode headers (Kafka protocol binding) of a JSON
@@ -128,7 +128,7 @@ type SetAsideRow struct {
 	ID         int64
 	Topic      string
 	EventID    string
-	Bytes      int // size of key, value and headers
+	Bytes      int // the record's size: key, value, and every header's key and value (headers that do not decode: as stored)
 	Failures   int
 	ErrorClass ErrorClass
 	LastError  string
@@ -143,7 +143,20 @@ func SetAside(ctx context.Context, db Querier, limit int) ([]SetAsideRow, error)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SetAsideRow, error) {
 		var x SetAsideRow
-		return x, r.Scan(&x.ID, &x.Topic, &x.EventID, &x.Bytes, &x.Failures, &x.ErrorClass, &x.LastError, &x.SetAsideAt)
+		var key, headers []byte
+		var value int
+		if err := r.Scan(&x.ID, &x.Topic, &x.EventID, &key, &value, &headers, &x.Failures, &x.ErrorClass, &x.LastError, &x.SetAsideAt); err != nil {
+			return x, err
+		}
+		x.Bytes = len(key) + value
+		hs, err := DecodeHeaders(headers, x.EventID, key)
+		if err != nil { // set aside for that (internal/relay): its headers as stored
+			x.Bytes += len(headers)
+		}
+		for _, h := range hs {
+			x.Bytes += len(h.Key) + len(h.Value)
+		}
+		return x, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: set aside: %w", err)
@@ -203,7 +216,7 @@ func CountSetAside(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return n, nil
 }
 
-// Backlog returns the number of unpublished rows and the age of the oldest, for the
+// Backlog returns the number of pending rows (neither published nor discarded) and the age of the oldest, for the
 // bookrecon_outbox_backlog metrics.
 func Backlog(ctx context.Context, pool *pgxpool.Pool) (int64, time.Duration, error) {
 	var n int64

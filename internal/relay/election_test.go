@@ -126,7 +126,7 @@ func TestRelayElectionCannotSplit(t *testing.T) {
 	}
 	published := func() int {
 		var n int
-		_ = writer.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&n)
+		_ = writer.QueryRow(ctx, `SELECT count(*) FROM outbox_fact f WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.topic = f.topic AND o.event_id = f.event_id)`).Scan(&n)
 		return n
 	}
 	waitFor := func(what string, cond func() bool) {

@@ -1,6 +1,7 @@
 // Package relay publishes the transactional outbox (internal/outbox) to Kafka: Relay reads
-// unpublished rows in id order, produces them in order per (topic, record key) and marks them
-// published. One relay is active at a time for the whole outbox, elected by the outbox_lease row
+// pending rows in id order, produces them in order per (topic, record key) and marks them
+// published by deleting them (outbox_fact keeps their facts, so a re-derived fact is still a
+// no-op; docs/decisions.md "The outbox writes less"). One relay is active at a time for the whole outbox, elected by the outbox_lease row
 // with a fencing token (lease.go). A relay runs inside each service that writes outbox rows —
 // the ingester, the reconciler and the escalator — and nowhere else (docs/decisions.md, "Where
 // relays run"); ForService starts one for service.Run. Its SQL is sql/outbox.sql and
@@ -11,7 +12,6 @@ import (
 	"cmp"
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -260,6 +260,9 @@ type row struct {
 	rec      *kgo.Record
 	failures int
 	eventID  string
+	// headersErr: the row's headers column does not decode (outbox.ErrHeaders); the row is set
+	// aside as invalid_record without being sent, and parks its key like any set-aside row.
+	headersErr error
 }
 
 // RunOnce publishes up to batch pending rows in id order and returns how many it published. A
@@ -267,9 +270,10 @@ type row struct {
 // such a row of their (topic, record key); it publishes them in waves — the first row of every
 // key, then the second, … — so a key's row is sent only once its previous row is acknowledged
 // (acks=all, idempotent producer), and a row that fails stops its key for the round. Rows with a
-// null key have no order to keep and all go in the first wave. Published rows are marked; failed
-// ones are recorded by class (see Relay). It returns an error only when the database fails or
-// every row of the round failed transiently (an outage: nothing is recorded on the rows).
+// null key have no order to keep and all go in the first wave. Published rows are marked
+// (deleted); failed ones are recorded by class (see Relay). It returns an error only when the
+// database fails or every row of the round failed transiently (an outage: nothing is recorded on
+// the rows).
 func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	r.init()
 	if r.lease.due() {
@@ -308,7 +312,14 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	for _, wave := range waves(rows) {
 		var send []*row
 		for _, w := range wave {
-			if !stopped[keyOf(w)] && !r.isPaused(w.rec.Topic) {
+			switch {
+			case stopped[keyOf(w)] || r.isPaused(w.rec.Topic):
+			case w.headersErr != nil:
+				failed = append(failed, failure{w, outbox.ClassInvalidRecord, w.headersErr})
+				if w.rec.Key != nil {
+					stopped[keyOf(w)] = true
+				}
+			default:
 				send = append(send, w)
 			}
 		}
@@ -381,7 +392,7 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	}
 	if len(published) > 0 {
 		mark := func(token int64) (int64, error) {
-			tag, err := r.Pool.Exec(wctx, stmts.SQL("outbox_mark_published"), published, token)
+			tag, err := r.Pool.Exec(wctx, stmts.SQL("outbox_delete_published"), published, token)
 			return tag.RowsAffected(), err
 		}
 		n, err := mark(token)
@@ -476,9 +487,9 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 		if err := cr.Scan(&w.id, &topic, &key, &value, &headers, &w.failures, &w.eventID); err != nil {
 			return nil, err
 		}
-		var hs []outbox.Header
-		if err := json.Unmarshal(headers, &hs); err != nil {
-			return nil, fmt.Errorf("row %d headers: %w", w.id, err)
+		hs, err := outbox.DecodeHeaders(headers, w.eventID, key)
+		if err != nil {
+			w.headersErr = fmt.Errorf("row %d headers: %w", w.id, err)
 		}
 		w.rec = &kgo.Record{Topic: topic, Key: key, Value: value}
 		for _, h := range hs {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -415,8 +416,9 @@ func TestSuffixServices(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The outbox: exactly one resolution and two escalations, on the suffixed topics.
-	h.WaitFor("three outbox rows", 90*time.Second, func() bool { return h.Scalar(`SELECT count(*) FROM outbox`) >= 3 })
+	// The outbox: exactly one resolution and two escalations, on the suffixed topics (facts:
+	// a published row leaves the outbox; what each says is checked on the broker below).
+	h.WaitFor("three outbox facts", 90*time.Second, func() bool { return h.Scalar(`SELECT count(*) FROM outbox_fact`) >= 3 })
 	time.Sleep(time.Second)
 	wantOut := []string{
 		h.Topics.Escalations + " escalation.opened book:bi_amb:v1 ambiguous_match",
@@ -430,25 +432,17 @@ func TestSuffixServices(t *testing.T) {
 		}
 		return strings.Join([]string{topic, o.EventType, o.IdempotencyKey, o.Reason + o.Status}, " ")
 	}
-	rows, err := h.Pool.Query(context.Background(), `SELECT topic, value FROM outbox`)
+	rows, err := h.Pool.Query(context.Background(), `SELECT topic FROM outbox_fact`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gotOut []string
-	for rows.Next() {
-		var topic string
-		var v []byte
-		if err := rows.Scan(&topic, &v); err != nil {
-			t.Fatal(err)
-		}
-		gotOut = append(gotOut, describe(topic, v))
-	}
-	if err := rows.Err(); err != nil {
+	gotFacts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(gotOut)
-	if diff := cmp.Diff(wantOut, gotOut); diff != "" {
-		t.Fatalf("outbox rows (-want +got):\n%s", diff)
+	slices.Sort(gotFacts)
+	if diff := cmp.Diff([]string{h.Topics.Escalations, h.Topics.Escalations, h.Topics.Resolutions}, gotFacts); diff != "" {
+		t.Fatalf("outbox facts by topic (-want +got):\n%s", diff)
 	}
 
 	// The broker: the same records on the suffixed topics, nothing on the v1 topics.

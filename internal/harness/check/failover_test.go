@@ -257,7 +257,7 @@ func TestLoadBrokerFailover(t *testing.T) {
 	repeats := 0
 	var facts, repeated []string
 	for _, topic := range []string{tp.Resolutions, tp.Escalations, tp.AttemptsDLQ} {
-		rows := h.Scalar(`SELECT count(*) FROM outbox WHERE topic = $1`, topic)
+		rows := h.Scalar(`SELECT count(*) FROM outbox_fact WHERE topic = $1`, topic)
 		if len(ids[topic]) != rows {
 			t.Errorf("%s: %d distinct facts on the topic, %d in the outbox", topic, len(ids[topic]), rows)
 		}

@@ -256,7 +256,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// Quiet: the outbox drained.
 	for i := 0; i < 100; i++ {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL AND discarded_at IS NULL`).Scan(&n); err == nil && n == 0 {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE discarded_at IS NULL`).Scan(&n); err == nil && n == 0 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -155,10 +155,10 @@ func assertEachRowPublishedOnce(ctx context.Context, t *testing.T, fail func(str
 	}
 	defer pool.Close()
 	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE topic = ANY($1)`, topics).Scan(&rows); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_fact WHERE topic = ANY($1)`, topics).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) != rows {
-		fail("assertEachRowPublishedOnce: %d records on the output topics for %d outbox rows: more than one relay published", len(recs), rows)
+		fail("assertEachRowPublishedOnce: %d records on the output topics for %d outbox facts: more than one relay published", len(recs), rows)
 	}
 }

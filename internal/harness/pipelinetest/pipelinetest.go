@@ -155,7 +155,62 @@ func (h *Harness) WaitFor(what string, timeout time.Duration, cond func() bool) 
 	}
 }
 
-// OutboxDrained reports whether every outbox row is published.
+// OutboxDrained reports whether every outbox row is published (a published row leaves the
+// outbox; a discarded one stays, and does not count).
 func (h *Harness) OutboxDrained() bool {
-	return h.Scalar(`SELECT count(*) FROM outbox WHERE published_at IS NULL AND discarded_at IS NULL`) == 0
+	return h.Scalar(`SELECT count(*) FROM outbox WHERE discarded_at IS NULL`) == 0
+}
+
+// Published returns the number of outbox facts published to topic ("" for every topic): the
+// facts of outbox_fact whose row has left the outbox (internal/relay deletes a row once it is
+// published; a pending, set-aside or discarded row stays).
+func (h *Harness) Published(topic string) int {
+	return h.Scalar(`SELECT count(*) FROM outbox_fact f WHERE ($1 = '' OR f.topic = $1)
+		AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.topic = f.topic AND o.event_id = f.event_id)`, topic)
+}
+
+// FactValues returns the value of every outbox fact written to topic, by eventId: the rows
+// still in the outbox as they stand, and the facts published as the topic holds them (by their
+// ce_id header; a fact published twice counts once). It reads the topic until it has every
+// published fact, for at most 30 s.
+func (h *Harness) FactValues(topic string) map[string][]byte {
+	h.T.Helper()
+	ctx := context.Background()
+	out := map[string][]byte{}
+	rows, err := h.Pool.Query(ctx, `SELECT event_id, value FROM outbox WHERE topic = $1`, topic)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var v []byte
+		if err := rows.Scan(&id, &v); err != nil {
+			h.T.Fatal(err)
+		}
+		out[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		h.T.Fatal(err)
+	}
+	want := len(out) + h.Published(topic)
+	if want == len(out) {
+		return out
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for len(out) < want && pctx.Err() == nil {
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			if id := kafkatest.Header(r, "ce_id"); id != "" {
+				if _, ok := out[id]; !ok {
+					out[id] = r.Value
+				}
+			}
+		})
+	}
+	return out
 }

@@ -1,45 +1,50 @@
--- The outbox writer's statements on the outbox table (migrations/sql/00001_schema.sql,
--- 00002_outbox_set_aside.sql). The relay's own statements on it (its round's read, marks and
--- failure records) are internal/relay/sql/outbox.sql.
+-- The outbox writer's statements on the outbox and outbox_fact tables
+-- (migrations/sql/00001_schema.sql, 00002_outbox_set_aside.sql, 00008_outbox_write_less.sql).
+-- The relay's own statements on the outbox (its round's read, its deletes and failure records)
+-- are internal/relay/sql/outbox.sql.
 --
--- A row is set aside while set_aside_at is set and it is neither published nor discarded;
--- unpublished while neither published_at nor discarded_at is set.
-
--- name: outbox_insert
--- $1 topic, $2 record key, $3 value, $4 headers (JSON), $5 eventId; a repeat is a no-op.
-INSERT INTO outbox (topic, record_key, value, headers, event_id) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (topic, event_id) DO NOTHING;
+-- An outbox row is pending until it is published (the relay deletes it) or discarded
+-- (discarded_at, kept with its reason); set aside while pending with set_aside_at set.
+-- outbox_fact keeps every (topic, event_id) ever written.
 
 -- name: outbox_insert_many
--- $1..$5 parallel arrays as in outbox_insert; ids ascend in array order.
+-- $1 topics, $2 record keys, $3 values, $4 headers (headers.go's encoding), $5 eventIds, as
+-- parallel arrays; ids ascend in array order. A (topic, eventId) that outbox_fact holds
+-- already, or that repeats earlier in the arrays, writes nothing.
+WITH u AS (
+    SELECT DISTINCT ON (t, e) t, k, v, h, e, n
+    FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bytea[], $5::text[]) WITH ORDINALITY AS u(t, k, v, h, e, n)
+    ORDER BY t, e, n
+), f AS (
+    INSERT INTO outbox_fact (topic, event_id) SELECT t, e FROM u ORDER BY n
+    ON CONFLICT DO NOTHING
+    RETURNING topic, event_id
+)
 INSERT INTO outbox (topic, record_key, value, headers, event_id)
-SELECT t, k, v, h::jsonb, e FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[])
-    WITH ORDINALITY AS u(t, k, v, h, e, n) ORDER BY n
-ON CONFLICT (topic, event_id) DO NOTHING;
+SELECT u.t, u.k, u.v, u.h, u.e FROM u JOIN f ON f.topic = u.t AND f.event_id = u.e ORDER BY u.n;
 
 -- name: outbox_list_set_aside
--- $1 limit; oldest first. The size is that of key, value and headers.
-SELECT id, topic, event_id, coalesce(length(record_key), 0) + coalesce(length(value), 0) + length(headers::text),
+-- $1 limit; oldest first, with what the record's size is computed from.
+SELECT id, topic, event_id, record_key, coalesce(length(value), 0), headers,
        publish_failures, error_class, coalesce(last_error, ''), set_aside_at
 FROM outbox
-WHERE set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL
+WHERE set_aside_at IS NOT NULL AND discarded_at IS NULL
 ORDER BY id LIMIT $1;
 
 -- name: outbox_retry_set_aside
 -- $1 id: the relay publishes it on its next round.
 UPDATE outbox SET set_aside_at = NULL, retry_at = NULL
-WHERE id = $1 AND set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL;
+WHERE id = $1 AND set_aside_at IS NOT NULL AND discarded_at IS NULL;
 
 -- name: outbox_discard_set_aside
 -- $1 id, $2 the operator's reason: never published.
 UPDATE outbox SET discarded_at = now(), discard_reason = $2
-WHERE id = $1 AND set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL;
+WHERE id = $1 AND set_aside_at IS NOT NULL AND discarded_at IS NULL;
 
 -- name: outbox_count_set_aside
-SELECT count(*) FROM outbox
-WHERE set_aside_at IS NOT NULL AND published_at IS NULL AND discarded_at IS NULL;
+SELECT count(*) FROM outbox WHERE set_aside_at IS NOT NULL AND discarded_at IS NULL;
 
 -- name: outbox_count_backlog
--- The unpublished rows and the age of the oldest in seconds (NULL when there is none).
+-- The pending rows and the age of the oldest in seconds (NULL when there is none).
 SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-FROM outbox WHERE published_at IS NULL AND discarded_at IS NULL;
+FROM outbox WHERE discarded_at IS NULL;

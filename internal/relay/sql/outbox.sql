@@ -1,25 +1,28 @@
--- The relay's statements on the outbox table: its round's read, its marks and its failure
--- records. The writer's (insert, set-aside tooling, counts) are internal/outbox/sql/outbox.sql.
+-- The relay's statements on the outbox table: its round's read, its deletes of the rows it
+-- published and its failure records. The writer's (insert, set-aside tooling, counts) are
+-- internal/outbox/sql/outbox.sql.
 -- Every write is fenced: it holds only while the relay's token is the outbox_lease row's,
 -- unexpired (outbox_lease.sql).
 
 -- name: outbox_select_round
--- $1 batch, $2 paused topics. Rows in id order that are unpublished, not discarded, not set
--- aside, not waiting to retry, not of a paused topic and not behind such a row of their (topic,
--- record key) — compared by md5 as the parking index does, since a key may exceed a btree entry.
+-- $1 batch, $2 paused topics. Rows in id order that are pending (not discarded), not set aside,
+-- not waiting to retry, not of a paused topic and not behind such a row of their (topic, record
+-- key) — compared by md5 as the parking index does, since a key may exceed a btree entry.
 SELECT id, topic, record_key, value, headers, publish_failures, event_id FROM outbox o
-WHERE published_at IS NULL AND discarded_at IS NULL AND set_aside_at IS NULL
+WHERE discarded_at IS NULL AND set_aside_at IS NULL
     AND (retry_at IS NULL OR retry_at <= now())
     AND NOT (topic = ANY($2::text[]))
     AND NOT EXISTS (SELECT 1 FROM outbox p
         WHERE p.topic = o.topic AND md5(p.record_key) = md5(o.record_key) AND p.id < o.id
-            AND p.published_at IS NULL AND p.discarded_at IS NULL
+            AND p.discarded_at IS NULL
             AND (p.set_aside_at IS NOT NULL OR p.retry_at IS NOT NULL) AND (p.set_aside_at IS NOT NULL OR p.retry_at > now()))
 ORDER BY id LIMIT $1;
 
--- name: outbox_mark_published
--- $1 ids, $2 token: marks the rows published, fenced.
-UPDATE outbox SET published_at = now(), retry_at = NULL
+-- name: outbox_delete_published
+-- $1 ids, $2 token: the rows published leave the outbox, fenced (their facts stay in
+-- outbox_fact, so a re-derived fact is still a no-op). A delete writes a ~54 B WAL record, where
+-- setting published_at rewrote the whole row and every index (docs/performance.md).
+DELETE FROM outbox
 WHERE id = ANY($1)
     AND EXISTS (SELECT 1 FROM outbox_lease WHERE name = 'outbox' AND token = $2 AND expires_at > now());
 
