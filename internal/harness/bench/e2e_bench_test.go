@@ -367,7 +367,9 @@ func (p *e2eProfile) report() string {
 		for k := range p.states {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(i, j int) bool { return cmp.Or(p.states[keys[j]]-p.states[keys[i]], strings.Compare(keys[i], keys[j])) < 0 })
+		sort.Slice(keys, func(i, j int) bool {
+			return cmp.Or(p.states[keys[j]]-p.states[keys[i]], strings.Compare(keys[i], keys[j])) < 0
+		})
 		for _, k := range keys {
 			fmt.Fprintf(&sb, "      %6.1f%%  %s\n", float64(p.states[k])/t*100, k)
 		}
