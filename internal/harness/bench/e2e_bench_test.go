@@ -39,8 +39,8 @@ import (
 //   - BOOKRECON_BENCH_MIX=realistic: the realistic mix instead of the happy one.
 //   - BOOKRECON_BENCH_EVENTS: records of the workload (default 200,000).
 //   - BOOKRECON_BENCH_WALINSPECT=off: pg_stat_wal alone (startWAL).
-//   - BOOKRECON_BENCH_PROFILE=dir: the first round's lines are watched (e2eProfile): a CPU
-//     profile of the ingester written to dir/ingester-<arm>.pprof, the CPU each process used,
+//   - BOOKRECON_BENCH_PROFILE=dir: every line is watched (e2eProfile): a CPU profile of the
+//     ingester written to dir/ingester-<arm>-<round>.pprof, the CPU each process used,
 //     and PostgreSQL's sessions of the line sampled every 10 ms (what each is doing). The
 //     sampling costs PostgreSQL a few per cent of a core.
 func BenchmarkIngestEndToEnd(b *testing.B) {
@@ -80,8 +80,8 @@ func BenchmarkIngestEndToEnd(b *testing.B) {
 			perSec := make([]float64, len(arms))
 			for _, i := range order {
 				o := e2eOptions{bin: arms[i].bin}
-				if profileDir != "" && r == 0 {
-					o.profile = &e2eProfile{out: filepath.Join(profileDir, "ingester-"+strings.ReplaceAll(arms[i].name, " ", "-")+".pprof")}
+				if profileDir != "" {
+					o.profile = &e2eProfile{out: filepath.Join(profileDir, fmt.Sprintf("ingester-%s-%d.pprof", strings.ReplaceAll(arms[i].name, " ", "-"), r+1))}
 				}
 				lineLoad := loadAverage()
 				run, _, _ := ingestEndToEnd(b, ctx, w.gen, o)
