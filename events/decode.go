@@ -270,8 +270,8 @@ func checkHeader(o object, allowed []EventType) (EventType, error) {
 	if isAbsent(raw) {
 		return "", invalid(ReasonMissingField, "eventType", "required")
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil || !slices.Contains(allowed, EventType(s)) {
+	s, ok := stringValue(raw)
+	if !ok || !slices.Contains(allowed, EventType(s)) {
 		return "", invalid(ReasonUnknownEventType, "eventType", "not an event type of this topic")
 	}
 	return EventType(s), nil
@@ -509,7 +509,7 @@ func (v *validator) amount(ro object) *Amount {
 	switch {
 	case raw == nil:
 	case raw[0] == '"':
-		typed = json.Unmarshal(raw, &a.Value) == nil
+		a.Value, typed = stringValue(raw)
 	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
 		a.Value, typed = string(raw), true // a JSON number, kept as its literal text
 	}
