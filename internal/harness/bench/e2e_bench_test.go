@@ -386,15 +386,13 @@ func (p *e2eProfile) report() string {
 const clockTicks = 100
 
 func cores() int {
-	n := 0
-	f, err := os.Open("/proc/stat")
+	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if l := s.Text(); strings.HasPrefix(l, "cpu") && !strings.HasPrefix(l, "cpu ") {
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "cpu") && !strings.HasPrefix(l, "cpu ") {
 			n++
 		}
 	}
@@ -479,7 +477,7 @@ func fetchTo(ctx context.Context, url, path string) error {
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()
