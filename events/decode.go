@@ -229,7 +229,7 @@ func keyError(desc string) *InvalidError {
 type object map[string]json.RawMessage
 
 // parseRecord runs steps 1 and 2; a null value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at any depth, bad
-// syntax, trailing data, lone surrogates and numbers beyond float64; encoding/json then insists
+// syntax, trailing data, lone surrogates and numbers beyond float64; splitObject then insists
 // on an object.
 func parseRecord(raw []byte) (object, []byte, error) {
 	switch {
@@ -250,8 +250,8 @@ func parseRecord(raw []byte) (object, []byte, error) {
 		return nil, nil, invalid(ReasonInvalidJSON, "",
 			"record is not I-JSON (syntax, duplicate key, lone surrogate or number range)")
 	}
-	var o object
-	if err := json.Unmarshal(raw, &o); err != nil || o == nil {
+	o, ok := splitObject(raw)
+	if !ok {
 		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not a JSON object")
 	}
 	return o, canonical, nil
@@ -270,8 +270,8 @@ func checkHeader(o object, allowed []EventType) (EventType, error) {
 	if isAbsent(raw) {
 		return "", invalid(ReasonMissingField, "eventType", "required")
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil || !slices.Contains(allowed, EventType(s)) {
+	s, ok := stringValue(raw)
+	if !ok || !slices.Contains(allowed, EventType(s)) {
 		return "", invalid(ReasonUnknownEventType, "eventType", "not an event type of this topic")
 	}
 	return EventType(s), nil
@@ -429,8 +429,8 @@ func (v *validator) obj(o object, path, name string, required bool) object {
 }
 
 func (v *validator) asObject(raw json.RawMessage, p string) object {
-	var m object
-	if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+	m, ok := splitObject(raw)
+	if !ok {
 		v.bad(p, "must be an object")
 		return nil
 	}
@@ -509,7 +509,7 @@ func (v *validator) amount(ro object) *Amount {
 	switch {
 	case raw == nil:
 	case raw[0] == '"':
-		typed = json.Unmarshal(raw, &a.Value) == nil
+		a.Value, typed = stringValue(raw)
 	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
 		a.Value, typed = string(raw), true // a JSON number, kept as its literal text
 	}
@@ -543,8 +543,8 @@ func (v *validator) stay(ro object) *Stay {
 
 func (v *validator) segments(ro object) []Segment {
 	raw, p := v.get(ro, "request", "segments", true)
-	var elems []json.RawMessage
-	if raw == nil || raw[0] != '[' || json.Unmarshal(raw, &elems) != nil {
+	elems, ok := splitArray(raw)
+	if raw == nil || !ok {
 		v.bad(p, "must be an array")
 		return nil
 	}

@@ -92,6 +92,9 @@ func OpenWith(ctx context.Context, url string, o Options) (*pgxpool.Pool, error)
 // arrays, unnest, CopyFrom and CollectRows behave as on a direct connection. A
 // default_query_exec_mode of exec or simple_protocol in the URL is kept; describe_exec (two
 // round trips, between which a pooler may switch sessions) and cache_statement are refused.
+//
+// Every connection encodes and scans google/uuid's uuid.UUID in the binary uuid form
+// (registerUUID), not through its text methods.
 func ParseConfig(url string, o Options) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -123,6 +126,10 @@ func ParseConfig(url string, o Options) (*pgxpool.Config, error) {
 	// 2 s later if the server does not answer the cancel (a hung server).
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 2 * time.Second}
+	}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		registerUUID(c.TypeMap())
+		return nil
 	}
 	return cfg, nil
 }

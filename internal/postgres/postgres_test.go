@@ -3,10 +3,15 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -121,5 +126,62 @@ func TestBehindTransactionPooler(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatalf("behind the pooler: %v", err)
 		}
+	}
+}
+
+// TestUUIDBinary: a pool's connections encode uuid.UUID parameters, uuid[] arrays and COPY
+// columns, and scan uuid results into uuid.UUID, *uuid.UUID and []uuid.UUID, in the binary uuid
+// form (registerUUID) — the plan is not pgx's driver.Valuer one, which formats the text form —
+// and the values PostgreSQL stores and returns are the same as through the text form.
+func TestUUIDBinary(t *testing.T) {
+	ctx := t.Context()
+	pool, err := postgres.Open(ctx, pgtest.NewURL(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	u1, u2 := uuid.MustParse("0b7c6f1e-94a5-4c3e-8d1b-2f6a9e0c4d17"), uuid.MustParse("f0e1d2c3-b4a5-4968-8776-655443322110")
+	m := conn.Conn().TypeMap()
+	for _, v := range []any{u1, []uuid.UUID{u1, u2}, &u1} {
+		oid := uint32(pgtype.UUIDOID)
+		if _, ok := v.([]uuid.UUID); ok {
+			oid = pgtype.UUIDArrayOID
+		}
+		plan := m.PlanEncode(oid, pgtype.BinaryFormatCode, v)
+		if plan == nil || strings.Contains(fmt.Sprintf("%T", plan), "DriverValuer") {
+			t.Errorf("%T: encode plan %T, want the binary uuid plan", v, plan)
+		}
+	}
+	var got uuid.UUID
+	var text string
+	var arr []uuid.UUID
+	var null *uuid.UUID
+	keep := u2 // NULL into a uuid.UUID leaves it as it was (uuid.UUID's own Scan)
+	err = conn.QueryRow(ctx, "SELECT $1::uuid, $1::uuid::text, $2::uuid[], NULL::uuid, NULL::uuid", u1, []uuid.UUID{u1, u2}).
+		Scan(&got, &text, &arr, &null, &keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != u1 || text != u1.String() || !slices.Equal(arr, []uuid.UUID{u1, u2}) || null != nil || keep != u2 {
+		t.Errorf("got %v, %q, %v, %v, %v; want %v, %q, [%v %v], <nil>, %v", got, text, arr, null, keep, u1, u1.String(), u1, u2, u2)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TEMP TABLE uuid_copy (id uuid, ids uuid[])"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := conn.CopyFrom(ctx, pgx.Identifier{"uuid_copy"}, []string{"id", "ids"}, pgx.CopyFromRows([][]any{{u1, []uuid.UUID{u2}}, {u2, []uuid.UUID{}}}))
+	if err != nil || n != 2 {
+		t.Fatalf("copy: %d rows, %v", n, err)
+	}
+	var rows string
+	if err := conn.QueryRow(ctx, "SELECT string_agg(id::text || ' ' || ids::text, ', ' ORDER BY id) FROM uuid_copy").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if want := u1.String() + " {" + u2.String() + "}, " + u2.String() + " {}"; rows != want {
+		t.Errorf("copied rows %q, want %q", rows, want)
 	}
 }

@@ -109,8 +109,9 @@ func BenchmarkIngest(b *testing.B) {
 			ingestApplier(b, ctx, happy.gen, min(baseN, len(happy.gen.Records)), 1, true, nil).perSec)
 		bare := ingestBareCeiling(b, ctx, happy.decoded, happy.hashes)
 		bareBaseline := ingestBareBaseline(b, ctx, happy.decoded[:min(baseN, len(happy.decoded))], happy.hashes)
-		e2e, rss, startup := ingestEndToEnd(b, ctx, happy.gen)
-		e2eReal, rssReal, startupReal := ingestEndToEnd(b, ctx, realistic.gen)
+		bin := buildIngester(b)
+		e2e, rss, startup := ingestEndToEnd(b, ctx, happy.gen, e2eOptions{bin: bin})
+		e2eReal, rssReal, startupReal := ingestEndToEnd(b, ctx, realistic.gen, e2eOptions{bin: bin})
 		b.ReportMetric(e2e.perSec, "e2e_events/s")
 		b.ReportMetric(e2eReal.perSec, "e2e_realistic_events/s")
 		b.ReportMetric(ceiling.perSec, "ceiling_events/s")
@@ -316,17 +317,36 @@ func ingestBareBaseline(b *testing.B, ctx context.Context, evs []events.Attempt,
 	return finishRun(b, ctx, pool, w, time.Since(start))
 }
 
-// ingestEndToEnd publishes the records, then starts the ingester binary and times it from its
-// first committed batch until every unique event is applied. It returns events/s with the WAL
-// written from the ingester's start until it has stopped (SIGTERM once every event is in), the
-// ingester's peak RSS in KiB and its start-up time (start to first committed batch).
-func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output) (benchRun, int64, time.Duration) {
+// buildIngester builds cmd/ingester of this tree into a temporary directory and returns its path.
+func buildIngester(b *testing.B) string {
+	bin := filepath.Join(b.TempDir(), "ingester")
+	build := exec.Command("go", "build", "-o", bin, "github.com/bookrecon/bookrecon/cmd/ingester")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		b.Fatal(err)
+	}
+	return bin
+}
+
+// e2eOptions are the knobs of one end-to-end line.
+type e2eOptions struct {
+	bin string // the ingester executable (buildIngester, or another build for an A/B)
+	// profile, when not nil, watches the running ingester (BenchmarkIngestEndToEnd's profile):
+	// started once the first batch has committed, stopped once every event is applied.
+	profile *e2eProfile
+}
+
+// ingestEndToEnd publishes the records, then starts the ingester executable o.bin and times it
+// from its first committed batch until every unique event is applied. It returns events/s with
+// the WAL written from the ingester's start until it has stopped (SIGTERM once every event is
+// in), the ingester's peak RSS in KiB and its start-up time (start to first committed batch).
+func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output, o e2eOptions) (benchRun, int64, time.Duration) {
 	sfx := kafkatest.Suffix()
 	topics := []string{"booking.attempts.v1." + sfx, "booking.attempts.dlq.v1." + sfx, "booking.manual-decisions.v1." + sfx,
 		"booking.manual-decisions.dlq.v1." + sfx, "booking.resolutions.v1." + sfx, "booking.escalations.v1." + sfx}
 	kafkatest.CreateTopics(b, 6, topics...)
 	dbURL := pgtest.NewURL(b)
-	pool, err := postgres.Open(ctx, dbURL, 2)
+	pool, err := postgres.Open(ctx, withAppName(b, dbURL, benchAppName), 2)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -347,21 +367,19 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output) (benc
 	}
 	prod.Close()
 
-	bin := filepath.Join(b.TempDir(), "ingester")
-	build := exec.Command("go", "build", "-o", bin, "github.com/bookrecon/bookrecon/cmd/ingester")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		b.Fatal(err)
-	}
 	mp, err := samples.Path("providers.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
+	admin := benchAdminAddr()
+	if o.profile != nil {
+		admin = freeAddr(b) // the profile reads the ingester's /debug/pprof and /metrics
+	}
 	w := startWAL(b, ctx, dbURL)
-	cmd := exec.Command(bin)
+	cmd := exec.Command(o.bin)
 	cmd.Env = append(os.Environ(), "BOOKRECON_DATABASE_URL="+dbURL, "BOOKRECON_KAFKA_BROKERS="+strings.Join(kafkatest.Brokers(), ","),
 		"BOOKRECON_PROVIDERS="+mp, "BOOKRECON_TOPIC_SUFFIX="+sfx, "BOOKRECON_INGESTER_GROUP=bench-"+sfx,
-		"BOOKRECON_INGESTER_ADMIN_ADDR="+benchAdminAddr())
+		"BOOKRECON_INGESTER_ADMIN_ADDR="+admin)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -388,6 +406,9 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output) (benc
 		peak = max(peak, vmHWM(cmd.Process.Pid))
 		if n > 0 && first.IsZero() {
 			first, atFirst = time.Now(), n
+			if o.profile != nil {
+				o.profile.start(b, ctx, cmd.Process.Pid, dbURL, admin)
+			}
 		}
 		if n >= gen.UniqueEvents {
 			break
@@ -402,6 +423,9 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output) (benc
 		}
 	}
 	el := time.Since(first)
+	if o.profile != nil && !first.IsZero() {
+		o.profile.stop(b, ctx, gen.UniqueEvents-atFirst, el)
+	}
 	if atFirst == gen.UniqueEvents { // everything in the first batch: nothing to time after it
 		first, atFirst, el = start, 0, time.Since(start)
 	}

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -97,11 +98,14 @@ type walRecord struct {
 }
 
 // startWAL opens the meter's connection to the database of dbURL (adminConn) and takes the
-// start position. Close it with stop.
+// start position. Close it with stop. BOOKRECON_BENCH_WALINSPECT=off leaves pg_walinspect out
+// (pg_stat_wal alone): reading a line's WAL back takes minutes on a loaded machine.
 func startWAL(b testing.TB, ctx context.Context, dbURL string) *walMeter {
 	conn := adminConn(b, ctx, dbURL)
 	w := &walMeter{conn: conn}
-	if _, err := conn.Exec(ctx, stmts.SQL("wal_extension_create")); err != nil {
+	if os.Getenv("BOOKRECON_BENCH_WALINSPECT") == "off" {
+		w.inspect = "pg_walinspect off (BOOKRECON_BENCH_WALINSPECT=off)"
+	} else if _, err := conn.Exec(ctx, stmts.SQL("wal_extension_create")); err != nil {
 		w.inspect = "pg_walinspect unavailable: " + err.Error()
 	} else if _, err := conn.Exec(ctx, stmts.SQL("wal_reserve"), "bench_"+strings.ReplaceAll(uuid.NewString(), "-", "")); err != nil {
 		w.inspect = "cannot reserve WAL (a temporary replication slot): " + err.Error()

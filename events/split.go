@@ -1,0 +1,166 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// splitObject returns the members of raw when it is a JSON object: each name unquoted, each
+// value its raw bytes (sharing raw's memory). raw must be valid JSON without duplicate member
+// names at any depth — a record parseRecord's canonicalisation accepted, or a value inside one
+// — and for such input the result is what json.Unmarshal into map[string]json.RawMessage
+// returns, in one pass without reflection (the decode path's largest cost,
+// docs/performance.md "Where the end-to-end time goes"). ok is false when raw is not an object.
+func splitObject(raw []byte) (o object, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	o = object{}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return o, true
+	}
+	for i < len(raw) && raw[i] == '"' {
+		end := valueEnd(raw, i)
+		name, ok := unquote(raw[i:end])
+		if !ok {
+			return nil, false
+		}
+		i = skipSpace(raw, end)
+		if i >= len(raw) || raw[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+		end = valueEnd(raw, i)
+		if end <= i {
+			return nil, false
+		}
+		o[name] = json.RawMessage(raw[i:end:end])
+		i = skipSpace(raw, end)
+		if i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case '}':
+			return o, true
+		case ',':
+			i = skipSpace(raw, i+1)
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// splitArray returns the elements of raw when it is a JSON array, each its raw bytes: what
+// json.Unmarshal into []json.RawMessage returns, for input as splitObject takes. ok is false when
+// raw is not an array.
+func splitArray(raw []byte) (elems []json.RawMessage, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	elems = []json.RawMessage{}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		return elems, true
+	}
+	for i < len(raw) {
+		end := valueEnd(raw, i)
+		if end <= i {
+			return nil, false
+		}
+		elems = append(elems, json.RawMessage(raw[i:end:end]))
+		i = skipSpace(raw, end)
+		if i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ']':
+			return elems, true
+		case ',':
+			i = skipSpace(raw, i+1)
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// unquote is the value of the JSON string q (quotes included): its bytes between the quotes
+// when it has no escape, else encoding/json's reading of it.
+func unquote(q []byte) (string, bool) {
+	if len(q) < 2 || q[0] != '"' || q[len(q)-1] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1]), true
+	}
+	var s string
+	return s, json.Unmarshal(q, &s) == nil
+}
+
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) {
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// valueEnd is the index just past the JSON value that starts at raw[i] (i itself when there is
+// none), for valid JSON: a string to its closing quote, an object or array to its closing
+// bracket, a number or literal to the next delimiter.
+func valueEnd(raw []byte, i int) int {
+	if i >= len(raw) {
+		return i
+	}
+	switch raw[i] {
+	case '"':
+		return stringEnd(raw, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(raw); j++ {
+			switch raw[j] {
+			case '"':
+				j = stringEnd(raw, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(raw)
+	case ',', ':', '}', ']':
+		return i
+	}
+	j := i
+	for j < len(raw) {
+		switch raw[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return j
+		}
+		j++
+	}
+	return j
+}
+
+// stringEnd is the index just past the string that starts at raw[i] (a quote).
+func stringEnd(raw []byte, i int) int {
+	for j := i + 1; j < len(raw); j++ {
+		switch raw[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(raw)
+}
