@@ -16,45 +16,45 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 )
 
-// Bulk is the batch write path: it locks a batch's intents and loads their attempts, kept
-// decisions and the escalations of the attempts already escalated set-based (NewBulk), applies
-// the transition function (OnEvent) event by event in batch order to the attempts in memory,
-// and flushes what it buffered with a handful of set-based statements (Flush) instead of a
-// dozen statements per event. It buffers the steps whose effects it can write set-based:
-// creations, IN_PROGRESS → UNKNOWN or terminal, UNKNOWN → terminal (closing at most one open
-// outcome escalation), late starts, repeats, key conflicts, contradictions and stale reports,
-// of any version, with the safe retry gate judged on the versions in memory (GateJudgements:
-// gate_judged, and for a blind retry its anomaly and blind_retry escalation) and duplicate
-// bookings found among them (DuplicateBookings), on attempts without a kept decision; an
-// escalation asked for again is EscalationOnOpen's as the loaded states say. Any other step —
-// two outcome escalations to close (their order is the database's), a no_lookup_capability
-// that may have been closed before, a reference recorded by a repeated outcome_unknown, … — is
-// written by the per-event path (ApplyEvent), and so is every later event of its intent in the
-// batch: Apply first flushes what the batch buffered for that intent, so the per-event path
-// reads what the bulk path decided. The rules and effects are those of ApplyEvent
+// Bulk is the batch write path: it locks a batch's intents and loads set-based (NewBulk) every
+// attempt of them and every attempt with one of the batch's keys, all their escalations and the
+// manual decisions kept for those keys; it applies the transition function event by event in
+// batch order to the attempts in memory (Apply: OnEvent; ApplyDecision: OnDecision, a kept
+// decision applied as the step that makes its attempt UNKNOWN or terminal asks) and flushes what
+// it buffered with a handful of set-based statements (Flush) instead of a dozen statements per
+// event. Every step an event or a decision produces is buffered: the safe retry gate and
+// duplicate bookings are judged on the versions in memory, an escalation asked for again is
+// EscalationOnOpen's as the loaded states say, and a resolution closes every open outcome
+// escalation in the order of OutcomeReasons. Only the database can answer two things, both at
+// Flush: a provider reference claimed by an attempt outside the batch (both escalated, as
+// OnClaimConflict says) and an attempt created meanwhile by another intent's transaction with a
+// key of the batch (the COPY fails with a unique violation; the ingester counts it and reruns
+// the batch record by record). The rules and effects are those of ApplyEvent
 // (docs/design.md#attempt-states, docs/design.md#safe-retry-gate, docs/design.md#escalations,
 // docs/design.md#storage-rules).
 type Bulk struct {
-	t        *Tx
-	codes    []string
-	byKey    map[[2]string]*Row // (tenant, key) → attempt, as the batch leaves it
-	group    map[string][]*Row  // tenant/intent/op/subject → its versions
-	pending  map[[2]string]bool // (tenant, key) with a kept manual decision
-	dirty    map[[2]string]bool // (tenant, intent) handed to the per-event path
-	buffered map[[2]string]bool // (tenant, intent) with writes not flushed yet
+	t     *Tx
+	codes []string
+	byKey map[[2]string]*Row // (tenant, key) → attempt, as the batch leaves it
+	group map[string][]*Row  // tenant/intent/op/subject → its versions
+	// kept: the manual decisions waiting for (tenant, key), in the order they were kept (those
+	// loaded, then those the batch kept).
+	kept     map[[2]string][]keptDecision
 	inserts  []*Row             // new attempts, final state
 	inserted map[uuid.UUID]bool // the ids of inserts
 	updates  map[uuid.UUID]*Row // existing attempts whose state changed
 	fills    map[uuid.UUID]*Row // existing attempts a late start filled in
+	refs     map[uuid.UUID]*Row // existing attempts a repeated outcome_unknown gave a provider reference
 	marks    map[uuid.UUID]*Row // existing attempts the gate judged (gate_judged, blind_retry)
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []bulkClaim
-	// escalations and anomalies are rows for COPY; closes are the escalation ids to close.
-	escalations, anomalies [][]any
-	closes                 []uuid.UUID
-	// stored: the escalations of the loaded attempts that have one open or one other than
-	// no_lookup_capability (Escalated or OutcomeOpen), by attempt and reason; changed: the
+	// escalations, anomalies and keeps (pending_decision) are rows for COPY; closes are the
+	// escalations to close; done the kept decisions applied or failed.
+	escalations, anomalies, keeps [][]any
+	closes                        []bulkClose
+	done                          []keptDone
+	// stored: the escalations of every loaded attempt, by attempt and reason; changed: the
 	// (attempt id, reason) escalations the batch opened or closed.
 	stored  map[uuid.UUID]map[Reason]EscalationState
 	changed map[[2]string]EscalationState
@@ -69,64 +69,56 @@ type bulkClaim struct {
 }
 
 type bulkAudit struct {
-	id       uuid.UUID
-	from, to Status
-	eventID  string
-	note     string
+	id uuid.UUID
+	Audit
+}
+
+// bulkClose is an escalation to close, by whom (event, lookup or manual) and actor ("" none).
+type bulkClose struct {
+	id              uuid.UUID
+	closedBy, actor string
+}
+
+// keptDecision is a manual decision waiting in pending_decision, as stored (raw JSON).
+type keptDecision struct {
+	eventID string
+	raw     []byte
+}
+
+// keptDone is a kept decision the batch applied (reason "") or marked failed.
+type keptDone struct {
+	tenantID, key, eventID, reason string
 }
 
 func groupKey(tenant, intent string, op events.Operation, subject string) string {
 	return tenant + "\x00" + intent + "\x00" + string(op) + "\x00" + subject
 }
 
-// NewBulk locks the intents of evs (sorted, insert-first), reads all their attempts, kept
-// decisions and the escalations of the escalated ones in three or four statements. Intents in perEvent (e.g. those with a manual decision in the
-// same batch) always take the per-event path.
-func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, transportCodes []string, perEvent [][2]string) (*Bulk, error) {
-	b, err := t.loadBulk(ctx, evs, transportCodes)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range perEvent {
-		b.dirty[k] = true
-	}
-	return b, nil
-}
-
-// Apply applies ev (deduplicated; d = ev.Digests() for a start): buffered in memory when the
-// bulk path can write its step, otherwise — after flushing what the batch buffered for ev's
-// intent — through ApplyEvent, and every later event of the intent too. Effects accumulate in
-// the Tx that made the Bulk. Call Flush after the last event.
-func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) error {
-	ik := [2]string{ev.TenantID, ev.BookingIntentID}
-	if !b.dirty[ik] && b.try(ev, d) {
-		b.buffered[ik] = true
-		return nil
-	}
-	b.dirty[ik] = true
-	if b.buffered[ik] {
-		if err := b.Flush(ctx); err != nil {
-			return err
-		}
-	}
-	_, err := b.t.ApplyEvent(ctx, ev, b.codes)
-	return err
-}
-
-func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes []string) (*Bulk, error) {
+// NewBulk locks the intents of evs and decs (sorted, insert-first) and reads, in four
+// statements, every attempt of those intents or with one of their keys, the escalations of
+// those attempts and the manual decisions kept for the keys. transportCodes: see FactOf.
+func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.Decision, transportCodes []string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		pending: map[[2]string]bool{}, dirty: map[[2]string]bool{}, buffered: map[[2]string]bool{},
-		inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{}, fills: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
+		kept: map[[2]string][]keptDecision{}, inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{},
+		fills: map[uuid.UUID]*Row{}, refs: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
 		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{}}
-	seen := map[[2]string]bool{}
+	seenIntent, seenKey := map[[2]string]bool{}, map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
-	for _, ev := range evs {
-		k := [2]string{ev.TenantID, ev.BookingIntentID}
-		if !seen[k] {
-			seen[k] = true
-			tenants, intents = append(tenants, ev.TenantID), append(intents, ev.BookingIntentID)
+	add := func(tenant, intent, key string) {
+		if k := [2]string{tenant, intent}; !seenIntent[k] {
+			seenIntent[k] = true
+			tenants, intents = append(tenants, tenant), append(intents, intent)
 		}
-		keyTenants, keys = append(keyTenants, ev.TenantID), append(keys, ev.IdempotencyKey)
+		if k := [2]string{tenant, key}; !seenKey[k] {
+			seenKey[k] = true
+			keyTenants, keys = append(keyTenants, tenant), append(keys, key)
+		}
+	}
+	for _, ev := range evs {
+		add(ev.TenantID, ev.BookingIntentID, ev.IdempotencyKey)
+	}
+	for _, d := range decs {
+		add(d.TenantID, d.BookingIntentID, d.IdempotencyKey)
 	}
 	if len(tenants) == 0 {
 		return b, nil
@@ -139,22 +131,20 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 	if _, err := t.tx.Exec(ctx, q("booking_intent_lock_many"), tenants, intents); err != nil {
 		return nil, fmt.Errorf("attempt: lock %d intents: %w", len(tenants), err)
 	}
-	all, err := scanRows(t.tx.Query(ctx, q("booking_attempt_of_intents"), tenants, intents))
+	all, err := scanRows(t.tx.Query(ctx, q("booking_attempt_of_intents_or_keys"), tenants, intents, keyTenants, keys))
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read attempts: %w", err)
 	}
-	var escalated []uuid.UUID
+	ids := make([]uuid.UUID, 0, len(all))
 	for _, a := range all {
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
-		if a.Escalated || a.OutcomeOpen {
-			escalated = append(escalated, a.ID)
-			b.stored[a.ID] = map[Reason]EscalationState{}
-		}
+		b.stored[a.ID] = map[Reason]EscalationState{}
+		ids = append(ids, a.ID)
 	}
-	if len(escalated) > 0 {
-		rows, err := t.tx.Query(ctx, q("escalation_states_of_attempts"), escalated)
+	if len(ids) > 0 {
+		rows, err := t.tx.Query(ctx, q("escalation_states_of_attempts"), ids)
 		if err != nil {
 			return nil, fmt.Errorf("attempt: read escalations: %w", err)
 		}
@@ -165,195 +155,251 @@ func (t *Tx) loadBulk(ctx context.Context, evs []events.Attempt, transportCodes 
 			return nil, fmt.Errorf("attempt: read escalations: %w", err)
 		}
 	}
-	rows, err := t.tx.Query(ctx, q("pending_decision_keys_waiting"), keyTenants, keys)
+	rows, err := t.tx.Query(ctx, q("pending_decision_of_keys"), keyTenants, keys)
 	if err != nil {
 		return nil, fmt.Errorf("attempt: read kept decisions: %w", err)
 	}
-	pk, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
-		var k [2]string
-		return k, r.Scan(&k[0], &k[1])
-	})
-	if err != nil {
+	var k [2]string
+	var kd keptDecision
+	if _, err := pgx.ForEachRow(rows, []any{&k[0], &k[1], &kd.eventID, &kd.raw}, func() error {
+		b.kept[k] = append(b.kept[k], keptDecision{kd.eventID, slices.Clone(kd.raw)})
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("attempt: read kept decisions: %w", err)
-	}
-	for _, k := range pk {
-		b.pending[k] = true
 	}
 	return b, nil
 }
 
-// try applies ev in memory when the bulk path can write its step, and reports whether it did.
-func (b *Bulk) try(ev events.Attempt, d events.Digests) bool {
-	key := [2]string{ev.TenantID, ev.IdempotencyKey}
-	if b.pending[key] {
-		return false
-	}
-	cur := b.byKey[key]
-	if ev.EventType == events.EventStarted && d.RequestHash == "" {
-		return false
-	}
+func (b *Bulk) env(provider string) Env {
+	return Env{Now: b.now, FirstCheck: b.t.cfg.FirstCheck, Policy: b.t.cfg.Policies[provider]}
+}
+
+// Apply applies ev (deduplicated; d = ev.Digests() for a start, computed when zero) in memory:
+// OnEvent on the attempt with ev's key as the batch leaves it, its Step buffered. Effects
+// accumulate in the Tx that made the Bulk. Call Flush after the last event.
+func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) error {
 	if ev.EventType != events.EventStarted {
 		d = events.Digests{}
-	}
-	st := OnEvent(cur, ev, FactOf(ev, b.codes), d, Env{Now: b.now, FirstCheck: b.t.cfg.FirstCheck, Policy: b.t.cfg.Policies[ev.Provider]})
-	for _, o := range st.Open {
-		if _, known := b.escalation(cur, o.Reason); !known {
-			return false
+	} else if d.RequestHash == "" {
+		var err error
+		if d, err = ev.Digests(); err != nil {
+			return fmt.Errorf("attempt: request hash %s: %w", ev.EventID, err)
 		}
 	}
-	// The outcome escalations the resolution closes; more than one goes per event (the order of
-	// their escalation.closed rows is the database's).
-	var closing []Reason
-	if st.Resolve != nil && cur != nil && cur.OutcomeOpen {
-		for _, r := range OutcomeReasons {
-			if e, _ := b.escalation(cur, r); e == EscalationOpen {
-				closing = append(closing, r)
-			}
-		}
-		if len(closing) != 1 {
-			return false
-		}
-	}
-	a := st.Next
-	// The gate's judgements and duplicate bookings, on the versions as the write leaves them.
-	var judged []GateJudgement
-	var dups []*Row
-	if st.Gate || st.Duplicates {
-		sibs := b.siblingsAfter(cur, a)
-		if st.Duplicates {
-			if dups = DuplicateBookings(a, sibs); len(dups) > 0 {
-				dups = append([]*Row{cur}, dups...) // Next first, as CheckDuplicateBooking
-			}
-			for _, r := range dups {
-				if _, known := b.escalation(r, ReasonDuplicateBooking); !known {
-					return false
-				}
-			}
-		}
-		if st.Gate {
-			judged = GateJudgements(a, sibs, st.JudgeSelf, b.t.maxVersions)
-		}
-	}
-	for _, j := range judged {
-		// A blind_retry escalation exists only on an attempt marked blind_retry, which
-		// GateJudgements never judges again: every one the gate raises here is new.
-		if e, known := b.escalation(j.Row, ReasonBlindRetry); !j.Safe && (e != "" || !known) {
-			return false
-		}
-	}
-	known := ""
+	cur := b.byKey[[2]string{ev.TenantID, ev.IdempotencyKey}]
+	return b.write(cur, OnEvent(cur, ev, FactOf(ev, b.codes), d, b.env(ev.Provider)))
+}
+
+// ApplyDecision applies one deduplicated manual decision in memory (OnDecision, as
+// Tx.ApplyDecision) and returns its outcome: a decision kept is buffered for pending_decision
+// and applied by a later step of the batch that makes its attempt UNKNOWN or terminal.
+func (b *Bulk) ApplyDecision(ctx context.Context, d events.Decision) (string, error) {
+	key := [2]string{d.TenantID, d.IdempotencyKey}
+	cur := b.byKey[key]
+	provider := ""
 	if cur != nil {
-		known = cur.ProviderReference // claimed when it was stored
+		provider = cur.Provider
 	}
-	switch v := st.Verdict; {
-	case v.Action == ActionCreate:
+	s := OnDecision(cur, d, b.env(provider))
+	if s.Keep {
+		raw, err := json.Marshal(d)
+		if err != nil {
+			return "", err
+		}
+		b.keeps = append(b.keeps, []any{d.TenantID, d.IdempotencyKey, d.EventID, raw})
+		b.kept[key] = append(b.kept[key], keptDecision{d.EventID, raw})
+		b.t.DecisionsKept++
+		return DecisionKept, nil
+	}
+	if err := b.write(cur, s); err != nil {
+		return "", err
+	}
+	if s.Decision == DecisionApplied {
+		b.t.DecisionsApplied++
+	}
+	return s.Decision, nil
+}
+
+// write buffers Step s of the attempt cur (nil: s creates it) in Tx.run's order: Next, the audit
+// row, anomalies, the reference claim, the resolution and the outcome escalations it closes,
+// duplicate bookings, escalations to open, the gate, escalations to close, kept decisions.
+func (b *Bulk) write(cur *Row, s Step) error {
+	known := "" // the provider reference cur had: claimed when it was stored
+	if cur != nil {
+		known = cur.ProviderReference
+	}
+	a := s.Next
+	switch s.Write {
+	case WriteNone:
+	case WriteCreate:
 		b.inserts = append(b.inserts, a)
 		b.inserted[a.ID] = true
-		b.byKey[key] = a
+		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
+		b.stored[a.ID] = map[Reason]EscalationState{}
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 		b.t.Created[a.Status]++
-	case v.Action == ActionTransition && (cur.Status == StatusInProgress || cur.Status == StatusUnknown && a.Status.Terminal()):
+	case WriteState, WriteFill, WriteReference:
+		// The row in memory becomes Next, so the batch's maps and buffers see it.
 		*cur = *a
 		a = cur
-		if !b.inserted[cur.ID] {
-			b.updates[cur.ID] = cur
+		if !b.inserted[a.ID] {
+			map[Write]map[uuid.UUID]*Row{WriteState: b.updates, WriteFill: b.fills, WriteReference: b.refs}[s.Write][a.ID] = a
 		}
-	case v.Action == ActionFillRequest:
-		*cur = *a
-		a = cur
-		if !b.inserted[cur.ID] {
-			b.fills[cur.ID] = cur
-		}
-	case v.Action == ActionRepeat:
-		b.t.IdempotentRepeats++
-	case v.Action == ActionKeyConflict || v.Action == ActionContradiction || v.Action == ActionAuditOnly && st.Write == WriteNone:
-		// audited (and escalated below); the attempt is not written
 	default:
-		return false
+		// Written by the reconciler and the escalator only (Tx.run), never by an event or a decision.
+		return fmt.Errorf("attempt: %s/%s: the batch writes no write %d", a.TenantID, a.IdempotencyKey, s.Write)
 	}
-	b.audits = append(b.audits, bulkAudit{a.ID, st.Audit.From, st.Audit.To, ev.EventID, st.Audit.Note})
-	if st.UnknownClass != "" {
-		b.t.UnknownByClass[st.UnknownClass]++
+	if s.UnknownClass != "" {
+		b.t.UnknownByClass[s.UnknownClass]++
 	}
-	if st.Resolve != nil {
-		m, err := b.t.resolvedMessage(a, ev.EventID)
-		if err != nil {
-			return false
-		}
-		b.messages = append(b.messages, m)
-		for _, r := range closing {
-			escID := escalationID(a, r)
-			m, err := b.t.closedMessage(a, escID, CauseEvent, "")
-			if err != nil {
-				return false
-			}
-			b.closes = append(b.closes, uuid.MustParse(escID))
-			b.messages = append(b.messages, m)
-			b.changed[[2]string{a.ID.String(), string(r)}] = EscalationClosed
-			b.t.EscalationsClosed[r]++
-		}
-		a.OutcomeOpen = a.OutcomeOpen && len(closing) == 0
+	if s.Repeat {
+		b.t.IdempotentRepeats++
 	}
-	if st.Claim && a.ProviderReference != "" && a.ProviderReference != known {
-		b.claims = append(b.claims, bulkClaim{a, st.ClaimEventID})
-	}
-	if st.KeyConflict {
+	if s.KeyConflict {
 		b.t.KeyConflicts++
 	}
-	if st.Contradicted {
+	if s.Contradicted {
 		b.t.Contradictions++
 	}
-	for _, an := range st.Anomalies {
-		d, _ := json.Marshal(an.Detail)
-		b.anomalies = append(b.anomalies, []any{a.TenantID, a.ID, an.Kind, nz(an.EventID), d})
+	if s.Audit != nil {
+		b.audits = append(b.audits, bulkAudit{a.ID, *s.Audit})
 	}
-	for _, r := range dups {
-		if r == cur {
-			r = a // the row the batch keeps
+	for _, an := range s.Anomalies {
+		b.anomaly(a, an.Kind, an.EventID, an.Detail)
+	}
+	if s.Claim && a.ProviderReference != "" && a.ProviderReference != known {
+		b.claims = append(b.claims, bulkClaim{a, s.ClaimEventID})
+	}
+	if r := s.Resolve; r != nil {
+		m, err := b.t.resolvedMessage(a, r.CauseID)
+		if err != nil {
+			return err
 		}
-		if err := b.escalate(r, ReasonDuplicateBooking, ""); err != nil {
-			return false
+		b.messages = append(b.messages, m)
+		if err := b.close(a, Close{Reasons: OutcomeReasons, ClosedBy: r.ClosedBy, Actor: r.Actor}); err != nil {
+			return err
 		}
 	}
-	for _, o := range st.Open {
-		if err := b.escalate(a, o.Reason, o.Detail); err != nil {
-			return false
-		}
-	}
-	for _, j := range judged {
-		// JudgeGate's effects: gate_judged, and for a blind retry its anomaly, the blind_retry
-		// escalation and the attempt marked blind_retry.
-		r := j.Row
-		if r == st.Next {
-			r = a // the row the batch keeps
-		}
-		r.GateJudged = true
-		if !j.Safe {
-			d, _ := json.Marshal(map[string]any{"gate": j.Reason})
-			b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, string(ReasonBlindRetry), nz(""), d})
-			if err := b.escalate(r, ReasonBlindRetry, string(j.Reason)); err != nil {
-				return false
+	if s.Duplicates {
+		if dups := DuplicateBookings(a, b.siblings(a)); len(dups) > 0 {
+			for _, r := range append([]*Row{a}, dups...) { // a first, as CheckDuplicateBooking
+				if err := b.escalate(r, ReasonDuplicateBooking, ""); err != nil {
+					return err
+				}
 			}
 		}
-		if !b.inserted[r.ID] {
-			b.marks[r.ID] = r
+	}
+	for _, o := range s.Open {
+		if err := b.escalate(a, o.Reason, o.Detail); err != nil {
+			return err
 		}
 	}
-	return true
+	if s.Gate {
+		// JudgeGate's effects: gate_judged, and for a blind retry its anomaly, the blind_retry
+		// escalation and the attempt marked blind_retry.
+		for _, j := range GateJudgements(a, b.siblings(a), s.JudgeSelf, b.t.maxVersions) {
+			r := j.Row
+			r.GateJudged = true
+			if !b.inserted[r.ID] {
+				b.marks[r.ID] = r
+			}
+			if j.Safe {
+				continue
+			}
+			b.anomaly(r, string(ReasonBlindRetry), "", map[string]any{"gate": j.Reason})
+			if err := b.escalate(r, ReasonBlindRetry, string(j.Reason)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range s.Close {
+		if err := b.close(a, c); err != nil {
+			return err
+		}
+	}
+	if s.ApplyKept {
+		return b.applyKept(a)
+	}
+	return nil
+}
+
+// applyKept applies the manual decisions kept for a, in the order they were kept, to a as the
+// batch leaves it (ApplyPendingDecisions): one that must still wait stays kept; one whose stored
+// JSON does not decode is marked failed (ErrInvalidData) and reported in DecisionsFailed. A
+// decision the database refuses fails the batch, which the ingester reruns record by record
+// (each kept decision under its own savepoint there).
+func (b *Bulk) applyKept(a *Row) error {
+	key := [2]string{a.TenantID, a.IdempotencyKey}
+	ks := b.kept[key]
+	var waiting []keptDecision
+	for _, k := range ks {
+		var d events.Decision
+		if err := json.Unmarshal(k.raw, &d); err != nil {
+			err = fmt.Errorf("attempt: kept decision %s: %w: %w", k.eventID, ErrInvalidData, err)
+			b.done = append(b.done, keptDone{a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)})
+			b.t.DecisionsFailed = append(b.t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
+				IdempotencyKey: a.IdempotencyKey, EventID: k.eventID, Class: FailureClass(err), Err: err})
+			continue
+		}
+		cur := b.byKey[key]
+		s := OnDecision(cur, d, b.env(cur.Provider))
+		if s.Keep {
+			waiting = append(waiting, k)
+			continue
+		}
+		if err := b.write(cur, s); err != nil {
+			return err
+		}
+		if s.Decision == DecisionApplied {
+			b.t.DecisionsApplied++
+		}
+		b.done = append(b.done, keptDone{a.TenantID, a.IdempotencyKey, k.eventID, ""})
+	}
+	b.kept[key] = waiting
+	return nil
+}
+
+// anomaly buffers one anomaly row on r.
+func (b *Bulk) anomaly(r *Row, kind, eventID string, detail map[string]any) {
+	d, _ := json.Marshal(detail)
+	b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, kind, nz(eventID), d})
+}
+
+// close buffers CloseEscalations(a, c): a's open escalations that c closes, in the order of
+// c.Reasons (Reasons() when nil), each with its escalation.closed outbox row.
+func (b *Bulk) close(a *Row, c Close) error {
+	reasons := c.Reasons
+	if reasons == nil {
+		reasons = Reasons()
+	}
+	for _, r := range reasons {
+		escID := escalationID(a, r)
+		if b.escalation(a, r) != EscalationOpen || !c.Closes(escID, r) {
+			continue
+		}
+		m, err := b.t.closedMessage(a, escID, c.ClosedBy, c.Actor)
+		if err != nil {
+			return err
+		}
+		b.closes = append(b.closes, bulkClose{uuid.MustParse(escID), c.ClosedBy, c.Actor})
+		b.messages = append(b.messages, m)
+		b.changed[[2]string{a.ID.String(), string(r)}] = EscalationClosed
+		b.t.EscalationsClosed[r]++
+	}
+	a.OutcomeOpen = slices.ContainsFunc(OutcomeReasons, func(r Reason) bool { return b.escalation(a, r) == EscalationOpen })
+	return nil
 }
 
 // escalate buffers Escalate(r, reason, detail): what the (r, reason) escalation the batch knows
 // (escalation) means is EscalationOnOpen's; a new one is a row for COPY with its
-// escalation.opened outbox row, and a blind_retry marks r. try checked that the state is known.
+// escalation.opened outbox row, and a blind_retry marks r.
 func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
-	e, _ := b.escalation(r, reason)
-	switch EscalationOnOpen(e) {
+	switch EscalationOnOpen(b.escalation(r, reason)) {
 	case OpeningNone:
 		return nil
 	case OpeningRecurred:
-		d, _ := json.Marshal(map[string]any{"reason": reason})
-		b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, "escalation_recurred", nz(""), d})
+		b.anomaly(r, "escalation_recurred", "", map[string]any{"reason": reason})
 		b.t.EscalationRecurred++
 		return nil
 	}
@@ -378,40 +424,21 @@ func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
 	return nil
 }
 
-// siblingsAfter returns the versions of next's (intent, operation, subject) as the batch
-// leaves them once next replaces cur (nil: next is created), in version order.
-func (b *Bulk) siblingsAfter(cur, next *Row) []*Row {
-	g := b.group[groupKey(next.TenantID, next.BookingIntentID, next.Operation, next.Subject)]
-	out := make([]*Row, 0, len(g)+1)
-	for _, s := range g {
-		if s != cur {
-			out = append(out, s)
-		}
-	}
-	// In version order, as the per-event path reads them (booking_attempt_siblings).
-	out = append(out, next)
+// siblings returns the versions of a's (intent, operation, subject) as the batch leaves them, in
+// version order, as the per-event path reads them (booking_attempt_siblings).
+func (b *Bulk) siblings(a *Row) []*Row {
+	out := slices.Clone(b.group[groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)])
 	slices.SortStableFunc(out, func(x, y *Row) int { return cmp.Compare(x.Version, y.Version) })
 	return out
 }
 
-// escalation returns the state of cur's (cur, reason) escalation ("" none; cur nil: an attempt
-// the event creates) as the batch leaves it, and whether the bulk path knows it: it does for
-// the attempts created, the escalated ones (Bulk.stored), and for the others every reason but a
-// no_lookup_capability that may have been closed (known none only on an IN_PROGRESS attempt).
-func (b *Bulk) escalation(cur *Row, reason Reason) (EscalationState, bool) {
-	if cur == nil {
-		return "", true
+// escalation returns the state of r's (r, reason) escalation as the batch leaves it ("" none):
+// every attempt the batch holds was loaded with its escalations or created by it.
+func (b *Bulk) escalation(r *Row, reason Reason) EscalationState {
+	if e, ok := b.changed[[2]string{r.ID.String(), string(reason)}]; ok {
+		return e
 	}
-	if e, ok := b.changed[[2]string{cur.ID.String(), string(reason)}]; ok {
-		return e, true
-	}
-	if m, ok := b.stored[cur.ID]; ok {
-		return m[reason], true
-	}
-	if b.inserted[cur.ID] {
-		return "", true
-	}
-	return "", reason != ReasonNoLookupCapability || cur.Status == StatusInProgress
+	return b.stored[r.ID][reason]
 }
 
 // Flush writes everything buffered since the last Flush: attempts inserted and updated, audit
@@ -484,13 +511,30 @@ func (b *Bulk) Flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: bulk gate marks %d attempts: %w", n, err)
 		}
 	}
+	if n := len(b.refs); n > 0 {
+		ids := make([]uuid.UUID, 0, n)
+		refs := make([]string, 0, n)
+		for _, a := range b.refs {
+			ids, refs = append(ids, a.ID), append(refs, a.ProviderReference)
+		}
+		if _, err := tx.Exec(ctx, q("booking_attempt_record_reference_many"), ids, refs); err != nil {
+			return fmt.Errorf("attempt: bulk references %d attempts: %w", n, err)
+		}
+	}
 	if n := len(b.audits); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.audits {
-			rows = append(rows, []any{a.id, nz(string(a.from)), string(a.to), CauseEvent, a.eventID, a.note})
+			var lookup []byte
+			if a.Lookup != nil {
+				var err error
+				if lookup, err = json.Marshal(a.Lookup); err != nil {
+					return err
+				}
+			}
+			rows = append(rows, []any{a.id, nz(string(a.From)), string(a.To), a.Cause, nz(a.EventID), lookup, nz(a.Actor), nz(a.Reason), a.Note})
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"attempt_transition"},
-			[]string{"attempt_id", "from_status", "to_status", "cause", "event_id", "note"}, pgx.CopyFromRows(rows)); err != nil {
+			[]string{"attempt_id", "from_status", "to_status", "cause", "event_id", "lookup", "actor", "reason", "note"}, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("attempt: bulk audit: %w", err)
 		}
 	}
@@ -501,6 +545,7 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	}{
 		{"anomaly", []string{"tenant_id", "attempt_id", "kind", "event_id", "detail"}, b.anomalies},
 		{"escalation", []string{"escalation_id", "attempt_id", "tenant_id", "reason", "state"}, b.escalations},
+		{"pending_decision", []string{"tenant_id", "idempotency_key", "event_id", "decision"}, b.keeps},
 	} {
 		if len(c.rows) == 0 {
 			continue
@@ -510,8 +555,24 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		}
 	}
 	if n := len(b.closes); n > 0 {
-		if _, err := tx.Exec(ctx, q("escalation_close_many"), b.closes, string(EscalationClosed), CauseEvent, string(EscalationOpen)); err != nil {
+		ids := make([]uuid.UUID, 0, n)
+		var closedBy, actor []string
+		for _, c := range b.closes {
+			ids, closedBy, actor = append(ids, c.id), append(closedBy, c.closedBy), append(actor, c.actor)
+		}
+		if _, err := tx.Exec(ctx, q("escalation_close_many"), ids, closedBy, actor, string(EscalationClosed), string(EscalationOpen)); err != nil {
 			return fmt.Errorf("attempt: bulk close %d escalations: %w", n, err)
+		}
+	}
+	for _, d := range b.done {
+		var err error
+		if d.reason == "" {
+			_, err = tx.Exec(ctx, q("pending_decision_mark_applied"), d.tenantID, d.key, d.eventID)
+		} else {
+			_, err = tx.Exec(ctx, q("pending_decision_mark_failed"), d.tenantID, d.key, d.eventID, d.reason)
+		}
+		if err != nil {
+			return fmt.Errorf("attempt: mark decision %s: %w", d.eventID, err)
 		}
 	}
 	if err := outbox.InsertMany(ctx, tx, b.messages); err != nil {
@@ -558,12 +619,12 @@ func (b *Bulk) Flush(ctx context.Context) error {
 
 // reset empties the buffers after a Flush; the attempts in memory stay, as stored.
 func (b *Bulk) reset() {
-	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies, b.closes = nil, nil, nil, nil, nil, nil, nil
+	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies, b.keeps, b.closes, b.done = nil, nil, nil, nil, nil, nil, nil, nil, nil
 	clear(b.inserted)
 	clear(b.updates)
 	clear(b.fills)
+	clear(b.refs)
 	clear(b.marks)
-	clear(b.buffered)
 }
 
 func nz(s string) *string {

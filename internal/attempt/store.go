@@ -479,7 +479,7 @@ func (t *Tx) Escalations(ctx context.Context, id uuid.UUID) (map[Reason]Escalati
 }
 
 // CloseEscalations closes a's open escalations of the given reasons (nil: every reason) and
-// publishes escalation.closed for each.
+// publishes escalation.closed for each, in the order of reasons (Reasons() when nil).
 func (t *Tx) CloseEscalations(ctx context.Context, a *Row, reasons []Reason, closedBy, actor, onlyID string) error {
 	var rs []string
 	if reasons != nil {
@@ -500,6 +500,14 @@ func (t *Tx) CloseEscalations(ctx context.Context, a *Row, reasons []Reason, clo
 	if err != nil {
 		return fmt.Errorf("attempt: close escalations %s: %w", a.IdempotencyKey, err)
 	}
+	// In the order of reasons (Reasons() when nil), as the batch closes them.
+	order := reasons
+	if order == nil {
+		order = Reasons()
+	}
+	slices.SortFunc(cs, func(x, y closed) int {
+		return cmp.Compare(slices.Index(order, Reason(x.reason)), slices.Index(order, Reason(y.reason)))
+	})
 	for _, c := range cs {
 		t.EscalationsClosed[Reason(c.reason)]++
 		m, err := t.closedMessage(a, c.id, closedBy, actor)

@@ -120,10 +120,9 @@ func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 var errRetryPerEvent = errors.New("ingest: retry the batch record by record")
 
 // applyFast applies a batch with set-based statements: insert-first dedup of all records at
-// once, then attempt.Bulk in batch order (buffered and flushed set-based, or the per-event path
-// for an intent from its first event the bulk path cannot write), without savepoints. Any
-// record-level failure aborts the
-// transaction; applyBatch then reruns the batch record by record.
+// once, then every attempt event and manual decision through attempt.Bulk in batch order
+// (applied in memory, flushed set-based), without savepoints. Any record-level failure aborts
+// the transaction; applyBatch then reruns the batch record by record.
 func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res *batchResult) error {
 	var attIdx, decIdx []int
 	var attEv, decEv []processedevent.Event
@@ -155,7 +154,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 		}
 	}
 	var applied []events.Attempt
-	var perEvent [][2]string
+	var decided []events.Decision
 	for i := range items {
 		if outcome[i] != processedevent.Applied {
 			continue
@@ -164,11 +163,11 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 			applied = append(applied, *a)
 		}
 		if d := items[i].decision; d != nil {
-			perEvent = append(perEvent, [2]string{d.TenantID, d.BookingIntentID})
+			decided = append(decided, *d)
 		}
 	}
 	at := attempt.NewTx(tx, &in.acfg)
-	bulk, err := at.NewBulk(ctx, applied, in.codes, perEvent)
+	bulk, err := at.NewBulk(ctx, applied, decided, in.codes)
 	if err != nil {
 		return err
 	}
@@ -190,13 +189,11 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 			if !in.dedupOutcome(outcome[i], mtopic, d.EventID, res) {
 				continue
 			}
-			dt := attempt.NewTx(tx, &in.acfg)
-			o, err := dt.ApplyDecision(ctx, *d)
+			o, err := bulk.ApplyDecision(ctx, *d)
 			if err != nil {
 				return err
 			}
 			res.decisions[[2]string{d.Decision, o}]++
-			res.effects = append(res.effects, &dt.Effects)
 		default:
 			a := it.attempt
 			in.countAttempt(it, mtopic, res)

@@ -127,7 +127,7 @@ func (e *raceEnv) apply(ctx context.Context, tx pgx.Tx, raw []byte, mid func()) 
 		if err != nil {
 			return 0, err
 		}
-		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, codes, nil)
+		bulk, err := at.NewBulk(ctx, []events.Attempt{ev}, nil, codes)
 		if err != nil {
 			return 0, err
 		}

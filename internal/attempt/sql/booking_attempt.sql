@@ -17,10 +17,13 @@ SELECT * FROM booking_attempt_row WHERE id = $1;
 SELECT * FROM booking_attempt_row WHERE tenant_id = $1 AND booking_intent_id = $2 AND operation = $3 AND subject = $4
 ORDER BY operation_version;
 
--- name: booking_attempt_of_intents
--- $1 tenants, $2 intents: every attempt of a batch's intents, locked in id order.
+-- name: booking_attempt_of_intents_or_keys
+-- $1 tenants, $2 intents: every attempt of a batch's intents; $3 tenants, $4 keys: and every
+-- attempt with one of its keys (another intent's, as booking_attempt_by_key finds it); locked in
+-- id order.
 SELECT * FROM booking_attempt_row
-WHERE (tenant_id, booking_intent_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+WHERE id IN (SELECT id FROM booking_attempt WHERE (tenant_id, booking_intent_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+    UNION SELECT id FROM booking_attempt WHERE (tenant_id, idempotency_key) IN (SELECT * FROM unnest($3::text[], $4::text[])))
 ORDER BY id FOR UPDATE;
 
 -- name: booking_attempt_insert
@@ -60,6 +63,13 @@ UPDATE booking_attempt SET provider_reference = $2, updated_at = now() WHERE id 
 UPDATE booking_attempt SET check_count = $3, check_failures = 0, next_check_at = $4,
     last_lookup_result = nullif($6, ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = $1 AND lease_token = $2 AND status = $5;
+
+-- name: booking_attempt_record_reference_many
+-- The batch's references recorded by a repeated outcome_unknown (booking_attempt_record_reference,
+-- one row per array element).
+UPDATE booking_attempt a SET provider_reference = u.ref, updated_at = now()
+FROM unnest($1::uuid[], $2::text[]) AS u(id, ref)
+WHERE a.id = u.id;
 
 -- name: booking_attempt_mark_gate_judged
 UPDATE booking_attempt SET gate_judged = true WHERE id = $1;

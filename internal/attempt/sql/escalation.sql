@@ -16,10 +16,11 @@ SELECT reason, state FROM escalation WHERE attempt_id = $1;
 SELECT attempt_id, reason, state FROM escalation WHERE attempt_id = ANY($1::uuid[]);
 
 -- name: escalation_close_many
--- The bulk path's closes (escalation_close, by event): $1 the escalation ids, $2 closed, $3
--- closed_by, $4 open.
-UPDATE escalation SET state = $2, closed_at = now(), closed_by = $3, actor = NULL
-WHERE escalation_id = ANY($1::uuid[]) AND state = $4;
+-- The batch's closes (escalation_close): $1 the escalation ids, $2 closed_by and $3 actor ('' none)
+-- of each, $4 closed, $5 open.
+UPDATE escalation e SET state = $4, closed_at = now(), closed_by = u.closed_by, actor = nullif(u.actor, '')
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, closed_by, actor)
+WHERE e.escalation_id = u.id AND e.state = $5;
 
 -- name: escalation_close
 -- $2 closed, $3 closed_by, $4 actor, $5 open, $6 the reasons (NULL: every reason), $7 one

@@ -14,7 +14,9 @@ UPDATE pending_decision SET failed_at = now(), failure_reason = $4 WHERE tenant_
 -- name: pending_decision_mark_applied
 UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3;
 
--- name: pending_decision_keys_waiting
--- $1 tenants, $2 keys: which of them have a decision waiting.
-SELECT DISTINCT tenant_id, idempotency_key FROM pending_decision
-WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]));
+-- name: pending_decision_of_keys
+-- $1 tenants, $2 keys: the decisions waiting for them, in the order they were kept (the batch's
+-- pending_decision_of_attempt).
+SELECT tenant_id, idempotency_key, event_id, decision FROM pending_decision
+WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+ORDER BY seq FOR UPDATE;
