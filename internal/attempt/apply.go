@@ -13,16 +13,14 @@ type Applied struct {
 	Attempt *Row
 }
 
-// ApplyEvent applies one deduplicated attempt event: it locks the intent, reads the attempt,
-// asks the transition function (OnEvent) and writes its Step: state change, audit row, anomaly
-// and escalation rows, outbox rows (docs/design.md#attempt-states, docs/design.md#escalations,
-// docs/design.md#storage-rules). The caller owns the transaction and has inserted the
-// processed_event row. transportCodes: see FactOf.
+// ApplyEvent applies one deduplicated attempt event as a one-event batch (Bulk): it locks the
+// intent, loads the attempt, its siblings, escalations and kept decisions, asks the transition
+// function (OnEvent) and writes its Step: state change, audit row, anomaly and escalation rows,
+// outbox rows (docs/design.md#attempt-states, docs/design.md#escalations,
+// docs/design.md#storage-rules). A create that lost its race to another intent's transaction
+// decides again. The caller owns the transaction and has inserted the processed_event row.
+// transportCodes: see FactOf.
 func (t *Tx) ApplyEvent(ctx context.Context, ev events.Attempt, transportCodes []string) (Applied, error) {
-	if err := t.LockIntent(ctx, ev.TenantID, ev.BookingIntentID); err != nil {
-		return Applied{}, err
-	}
-	f := FactOf(ev, transportCodes)
 	var d events.Digests
 	if ev.EventType == events.EventStarted {
 		var err error
@@ -30,17 +28,15 @@ func (t *Tx) ApplyEvent(ctx context.Context, ev events.Attempt, transportCodes [
 			return Applied{}, fmt.Errorf("attempt: request hash %s: %w", ev.EventID, err)
 		}
 	}
-	env, err := t.env(ctx, ev.Provider)
-	if err != nil {
-		return Applied{}, err
-	}
 	for range 2 {
-		cur, err := t.ByKey(ctx, ev.TenantID, ev.IdempotencyKey)
+		b, err := t.NewBulk(ctx, []events.Attempt{ev}, nil, transportCodes)
 		if err != nil {
 			return Applied{}, err
 		}
-		s := OnEvent(cur, ev, f, d, env)
-		ok, err := t.run(ctx, s)
+		b.single = true
+		cur := b.byKey[[2]string{ev.TenantID, ev.IdempotencyKey}]
+		s := OnEvent(cur, ev, FactOf(ev, transportCodes), d, b.env(ev.Provider))
+		ok, err := t.runOne(ctx, b, cur, s)
 		if err != nil {
 			return Applied{}, err
 		}

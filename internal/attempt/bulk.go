@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/outbox"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 )
 
 // Bulk is the batch write path: it locks a batch's intents and loads set-based (NewBulk) every
@@ -49,17 +52,38 @@ type Bulk struct {
 	audits   []bulkAudit
 	messages []outbox.Message
 	claims   []bulkClaim
-	// escalations, anomalies and keeps (pending_decision) are rows for COPY; closes are the
+	// escalations and anomalies are rows for COPY; keeps the decisions to keep; closes the
 	// escalations to close; done the kept decisions applied or failed.
-	escalations, anomalies, keeps [][]any
-	closes                        []bulkClose
-	done                          []keptDone
+	escalations, anomalies [][]any
+	keeps                  []keptRow
+	closes                 []bulkClose
+	done                   []keptDone
 	// stored: the escalations of every loaded attempt, by attempt and reason; changed: the
 	// (attempt id, reason) escalations the batch opened or closed.
 	stored  map[uuid.UUID]map[Reason]EscalationState
 	changed map[[2]string]EscalationState
 	now     time.Time
+	// single: a one-step batch (Tx.ApplyEvent, Tx.ApplyDecision and the reconciler's and the
+	// escalator's causes): a create goes in insert-first and one that lost its race writes
+	// nothing (errNotWritten: decide again), and the kept decisions of keptFor are applied after
+	// the step's own writes, each under a savepoint (ApplyPendingDecisions' isolation).
+	single  bool
+	keptFor []*Row
+	// check and deadlineDone: a one-step batch's WriteCheck (fenced: written first, and when the
+	// lease was lost nothing is written, errNotWritten) and WriteDeadlineDone.
+	check        *bulkCheck
+	deadlineDone []uuid.UUID
 }
+
+// bulkCheck is a check that did not settle its attempt, fenced by the lease token.
+type bulkCheck struct {
+	a     *Row
+	fence int64
+}
+
+// errNotWritten: a one-step batch found nothing to write to — a create that lost its race, a
+// fenced check whose lease was lost — and wrote nothing.
+var errNotWritten = errors.New("attempt: nothing to write to")
 
 // bulkClaim is a provider reference claim: the attempt and the event that brought it (for a
 // conflict's anomaly, as Step.ClaimEventID).
@@ -85,6 +109,12 @@ type keptDecision struct {
 	raw     []byte
 }
 
+// keptRow is a decision to keep in pending_decision (raw: its JSON).
+type keptRow struct {
+	tenantID, key, eventID string
+	raw                    []byte
+}
+
 // keptDone is a kept decision the batch applied (reason "") or marked failed.
 type keptDone struct {
 	tenantID, key, eventID, reason string
@@ -98,10 +128,6 @@ func groupKey(tenant, intent string, op events.Operation, subject string) string
 // statements, every attempt of those intents or with one of their keys, the escalations of
 // those attempts and the manual decisions kept for the keys. transportCodes: see FactOf.
 func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.Decision, transportCodes []string) (*Bulk, error) {
-	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		kept: map[[2]string][]keptDecision{}, inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{},
-		fills: map[uuid.UUID]*Row{}, refs: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
-		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{}}
 	seenIntent, seenKey := map[[2]string]bool{}, map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
 	add := func(tenant, intent, key string) {
@@ -120,6 +146,32 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.De
 	for _, d := range decs {
 		add(d.TenantID, d.BookingIntentID, d.IdempotencyKey)
 	}
+	return t.loadBulk(ctx, transportCodes, tenants, intents, keyTenants, keys)
+}
+
+// oneStep is the one-step batch of a, an attempt read FOR UPDATE under its intent lock: loaded
+// as NewBulk loads (a's intent and key), and b's row for a.
+func (t *Tx) oneStep(ctx context.Context, a *Row) (*Bulk, *Row, error) {
+	b, err := t.loadBulk(ctx, nil, []string{a.TenantID}, []string{a.BookingIntentID}, []string{a.TenantID}, []string{a.IdempotencyKey})
+	if err != nil {
+		return nil, nil, err
+	}
+	b.single = true
+	cur := b.byKey[[2]string{a.TenantID, a.IdempotencyKey}]
+	if cur == nil {
+		return nil, nil, fmt.Errorf("attempt: %s/%s: not found", a.TenantID, a.IdempotencyKey)
+	}
+	return b, cur, nil
+}
+
+// loadBulk locks the intents (tenants[i], intents[i]) and reads their attempts and those with the
+// keys (keyTenants[i], keys[i]), the escalations of those attempts and the decisions kept for the
+// keys.
+func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, keyTenants, keys []string) (*Bulk, error) {
+	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
+		kept: map[[2]string][]keptDecision{}, inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{},
+		fills: map[uuid.UUID]*Row{}, refs: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
+		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{}}
 	if len(tenants) == 0 {
 		return b, nil
 	}
@@ -186,8 +238,15 @@ func (b *Bulk) Apply(ctx context.Context, ev events.Attempt, d events.Digests) e
 			return fmt.Errorf("attempt: request hash %s: %w", ev.EventID, err)
 		}
 	}
+	_, err := b.apply(ev, d)
+	return err
+}
+
+// apply is Apply with d as OnEvent takes it; it returns the Step buffered.
+func (b *Bulk) apply(ev events.Attempt, d events.Digests) (Step, error) {
 	cur := b.byKey[[2]string{ev.TenantID, ev.IdempotencyKey}]
-	return b.write(cur, OnEvent(cur, ev, FactOf(ev, b.codes), d, b.env(ev.Provider)))
+	s := OnEvent(cur, ev, FactOf(ev, b.codes), d, b.env(ev.Provider))
+	return s, b.write(cur, s)
 }
 
 // ApplyDecision applies one deduplicated manual decision in memory (OnDecision, as
@@ -206,7 +265,7 @@ func (b *Bulk) ApplyDecision(ctx context.Context, d events.Decision) (string, er
 		if err != nil {
 			return "", err
 		}
-		b.keeps = append(b.keeps, []any{d.TenantID, d.IdempotencyKey, d.EventID, raw})
+		b.keeps = append(b.keeps, keptRow{d.TenantID, d.IdempotencyKey, d.EventID, raw})
 		b.kept[key] = append(b.kept[key], keptDecision{d.EventID, raw})
 		b.t.DecisionsKept++
 		return DecisionKept, nil
@@ -246,9 +305,20 @@ func (b *Bulk) write(cur *Row, s Step) error {
 		if !b.inserted[a.ID] {
 			map[Write]map[uuid.UUID]*Row{WriteState: b.updates, WriteFill: b.fills, WriteReference: b.refs}[s.Write][a.ID] = a
 		}
+	case WriteCheck, WriteDeadlineDone:
+		// The reconciler's and the escalator's, one step per batch.
+		if !b.single {
+			return fmt.Errorf("attempt: %s/%s: write %d in a batch of several steps", a.TenantID, a.IdempotencyKey, s.Write)
+		}
+		*cur = *a
+		a = cur
+		if s.Write == WriteCheck {
+			b.check = &bulkCheck{a, s.Fence}
+		} else {
+			b.deadlineDone = append(b.deadlineDone, a.ID)
+		}
 	default:
-		// Written by the reconciler and the escalator only (Tx.run), never by an event or a decision.
-		return fmt.Errorf("attempt: %s/%s: the batch writes no write %d", a.TenantID, a.IdempotencyKey, s.Write)
+		return fmt.Errorf("attempt: %s/%s: unknown write %d", a.TenantID, a.IdempotencyKey, s.Write)
 	}
 	if s.UnknownClass != "" {
 		b.t.UnknownByClass[s.UnknownClass]++
@@ -318,45 +388,112 @@ func (b *Bulk) write(cur *Row, s Step) error {
 			return err
 		}
 	}
-	if s.ApplyKept {
+	if s.ApplyKept && len(b.kept[[2]string{a.TenantID, a.IdempotencyKey}]) > 0 {
+		if b.single {
+			b.keptFor = append(b.keptFor, a) // after the step's own writes, each under a savepoint (Flush)
+			return nil
+		}
 		return b.applyKept(a)
 	}
 	return nil
 }
 
 // applyKept applies the manual decisions kept for a, in the order they were kept, to a as the
-// batch leaves it (ApplyPendingDecisions): one that must still wait stays kept; one whose stored
-// JSON does not decode is marked failed (ErrInvalidData) and reported in DecisionsFailed. A
-// decision the database refuses fails the batch, which the ingester reruns record by record
-// (each kept decision under its own savepoint there).
+// batch leaves it (docs/design.md#cause-manual-decision): one that must still wait stays kept;
+// one whose stored JSON does not decode is marked failed (ErrInvalidData) and reported in
+// DecisionsFailed. In a batch of several steps a decision the database refuses fails the batch,
+// which the ingester reruns record by record: one-step batches, where each kept decision is
+// written under its own savepoint (applyKeptIsolated).
 func (b *Bulk) applyKept(a *Row) error {
 	key := [2]string{a.TenantID, a.IdempotencyKey}
-	ks := b.kept[key]
 	var waiting []keptDecision
-	for _, k := range ks {
-		var d events.Decision
-		if err := json.Unmarshal(k.raw, &d); err != nil {
-			err = fmt.Errorf("attempt: kept decision %s: %w: %w", k.eventID, ErrInvalidData, err)
-			b.done = append(b.done, keptDone{a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)})
-			b.t.DecisionsFailed = append(b.t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
-				IdempotencyKey: a.IdempotencyKey, EventID: k.eventID, Class: FailureClass(err), Err: err})
-			continue
-		}
-		cur := b.byKey[key]
-		s := OnDecision(cur, d, b.env(cur.Provider))
-		if s.Keep {
-			waiting = append(waiting, k)
-			continue
-		}
-		if err := b.write(cur, s); err != nil {
+	for _, k := range b.kept[key] {
+		wait, err := b.applyOneKept(a, k)
+		if err != nil {
 			return err
 		}
-		if s.Decision == DecisionApplied {
-			b.t.DecisionsApplied++
+		if wait {
+			waiting = append(waiting, k)
 		}
-		b.done = append(b.done, keptDone{a.TenantID, a.IdempotencyKey, k.eventID, ""})
 	}
 	b.kept[key] = waiting
+	return nil
+}
+
+// applyOneKept buffers kept decision k of a; wait: it must still wait (a is IN_PROGRESS).
+func (b *Bulk) applyOneKept(a *Row, k keptDecision) (wait bool, err error) {
+	var d events.Decision
+	if err := json.Unmarshal(k.raw, &d); err != nil {
+		b.failKept(a, k, fmt.Errorf("attempt: kept decision %s: %w: %w", k.eventID, ErrInvalidData, err))
+		return false, nil
+	}
+	s := OnDecision(a, d, b.env(a.Provider))
+	if s.Keep {
+		return true, nil
+	}
+	if err := b.write(a, s); err != nil {
+		return false, err
+	}
+	if s.Decision == DecisionApplied {
+		b.t.DecisionsApplied++
+	}
+	b.done = append(b.done, keptDone{a.TenantID, a.IdempotencyKey, k.eventID, ""})
+	return false, nil
+}
+
+// failKept buffers kept decision k of a marked failed for its own data (err) and reports it.
+func (b *Bulk) failKept(a *Row, k keptDecision, err error) {
+	b.done = append(b.done, keptDone{a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)})
+	b.t.DecisionsFailed = append(b.t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
+		IdempotencyKey: a.IdempotencyKey, EventID: k.eventID, Class: FailureClass(err), Err: err})
+}
+
+// applyKeptIsolated applies the kept decisions of a one-step batch's attempt a after the step's
+// own writes, each flushed under a savepoint: one the database refuses for its own data
+// (FailureClass) rolls back to its savepoint — the attempts in memory, the escalation states and
+// the counted effects with it — and is marked failed; the transaction goes on. Any other error
+// is returned: the whole transaction fails, to be retried.
+func (b *Bulk) applyKeptIsolated(ctx context.Context, a *Row) error {
+	key := [2]string{a.TenantID, a.IdempotencyKey}
+	ks := b.kept[key]
+	b.kept[key] = nil
+	for _, k := range ks {
+		group := b.group[groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)]
+		rows := make([]Row, len(group))
+		for i, r := range group {
+			rows[i] = *r
+		}
+		changed, effects, tx := maps.Clone(b.changed), b.t.Effects.clone(), b.t.tx
+		wait := false
+		err := postgres.Savepoint(ctx, tx, func(sp pgx.Tx) error {
+			b.t.tx = sp
+			defer func() { b.t.tx = tx }()
+			var err error
+			if wait, err = b.applyOneKept(a, k); err != nil {
+				return err
+			}
+			return b.flush(ctx)
+		})
+		if wait {
+			b.kept[key] = append(b.kept[key], k)
+		}
+		if err == nil {
+			continue
+		}
+		for i, r := range group {
+			*r = rows[i]
+		}
+		b.changed, b.t.Effects = changed, effects
+		class := FailureClass(err)
+		if class == "" || ctx.Err() != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, q("pending_decision_mark_failed"), a.TenantID, a.IdempotencyKey, k.eventID, FailureText(err)); err != nil {
+			return fmt.Errorf("attempt: mark decision %s failed: %w", k.eventID, err)
+		}
+		b.t.DecisionsFailed = append(b.t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
+			IdempotencyKey: a.IdempotencyKey, EventID: k.eventID, Class: class, Err: err})
+	}
 	return nil
 }
 
@@ -445,8 +582,55 @@ func (b *Bulk) escalation(r *Row, reason Reason) EscalationState {
 // rows, outbox rows and provider reference claims, then escalates the claims another attempt
 // already holds.
 func (b *Bulk) Flush(ctx context.Context) error {
+	keptFor := b.keptFor
+	b.keptFor = nil
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	for _, a := range keptFor {
+		if err := b.applyKeptIsolated(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush writes the buffers in the order of the foreign keys: a one-step batch's fenced check
+// first, attempts, audit, anomalies, escalations, closes, kept decisions, outbox, claims.
+func (b *Bulk) flush(ctx context.Context) error {
 	defer b.reset()
 	tx := b.t.tx
+	if c := b.check; c != nil {
+		a := c.a
+		tag, err := tx.Exec(ctx, q("booking_attempt_record_check"), a.ID, c.fence, a.CheckCount, a.NextCheckAt,
+			string(StatusUnknown), a.LastLookupResult)
+		if err != nil {
+			return fmt.Errorf("attempt: write %s/%s: %w", a.TenantID, a.IdempotencyKey, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errNotWritten // the lease was lost: nothing after it
+		}
+	}
+	if b.single && len(b.inserts) > 0 {
+		// Insert-first: created meanwhile under another intent's lock, it writes nothing and the
+		// caller decides again.
+		for _, a := range b.inserts {
+			rc := a.recovery
+			tag, err := tx.Exec(ctx, q("booking_attempt_insert"), a.ID, a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject,
+				a.Version, a.IdempotencyKey, a.Provider, string(a.Status), string(a.Source), requestJSON(a.request), a.RequestHash,
+				a.Fingerprint, rc.ClientReference, rc.ProviderSessionID, rc.CorrelationID, rc.PaymentReference, rc.ProviderReference,
+				rc.ProviderIdempotencyKey, a.ProviderReference, a.FailureCode, retryableOf(a), a.TimeoutClass, a.requestSent,
+				a.StartedAt, a.FirstEventAt, a.WindowStart, a.FailedFactAt, a.UnknownSince, a.TerminalAt, a.NextCheckAt, a.CreatedAt,
+				a.GateJudged, a.BlindRetry)
+			if err != nil {
+				return fmt.Errorf("attempt: write %s/%s: %w", a.TenantID, a.IdempotencyKey, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return errNotWritten
+			}
+		}
+		b.inserts = nil
+	}
 	if n := len(b.inserts); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.inserts {
@@ -545,13 +729,22 @@ func (b *Bulk) Flush(ctx context.Context) error {
 	}{
 		{"anomaly", []string{"tenant_id", "attempt_id", "kind", "event_id", "detail"}, b.anomalies},
 		{"escalation", []string{"escalation_id", "attempt_id", "tenant_id", "reason", "state"}, b.escalations},
-		{"pending_decision", []string{"tenant_id", "idempotency_key", "event_id", "decision"}, b.keeps},
 	} {
 		if len(c.rows) == 0 {
 			continue
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{c.table}, c.cols, pgx.CopyFromRows(c.rows)); err != nil {
 			return fmt.Errorf("attempt: bulk %s: %w", c.table, err)
+		}
+	}
+	if n := len(b.keeps); n > 0 {
+		var tenant, key, eventID []string
+		var raw [][]byte
+		for _, k := range b.keeps {
+			tenant, key, eventID, raw = append(tenant, k.tenantID), append(key, k.key), append(eventID, k.eventID), append(raw, k.raw)
+		}
+		if _, err := tx.Exec(ctx, q("pending_decision_insert_many"), tenant, key, eventID, raw); err != nil {
+			return fmt.Errorf("attempt: keep %d decisions: %w", n, err)
 		}
 	}
 	if n := len(b.closes); n > 0 {
@@ -562,6 +755,11 @@ func (b *Bulk) Flush(ctx context.Context) error {
 		}
 		if _, err := tx.Exec(ctx, q("escalation_close_many"), ids, closedBy, actor, string(EscalationClosed), string(EscalationOpen)); err != nil {
 			return fmt.Errorf("attempt: bulk close %d escalations: %w", n, err)
+		}
+	}
+	for _, id := range b.deadlineDone {
+		if _, err := tx.Exec(ctx, q("booking_attempt_mark_deadline_done"), id); err != nil {
+			return fmt.Errorf("attempt: mark deadline judged %s: %w", id, err)
 		}
 	}
 	for _, d := range b.done {
@@ -620,6 +818,7 @@ func (b *Bulk) Flush(ctx context.Context) error {
 // reset empties the buffers after a Flush; the attempts in memory stay, as stored.
 func (b *Bulk) reset() {
 	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies, b.keeps, b.closes, b.done = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	b.check, b.deadlineDone = nil, nil
 	clear(b.inserted)
 	clear(b.updates)
 	clear(b.fills)

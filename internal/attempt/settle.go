@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"context"
+	"maps"
 	"time"
 )
 
@@ -22,16 +23,16 @@ type Settlement struct {
 }
 
 // Settle moves a (read FOR UPDATE under its intent lock) to a terminal state (OnSettle) and
-// writes every effect that follows: audit row, resolution, closing outcome escalations, provider
+// writes, as a one-step batch (Bulk), every effect that follows: audit row, resolution, closing outcome escalations, provider
 // reference claim, duplicate booking, the gate of later versions, kept manual decisions. The
 // caller has checked that the verdict applies (fencing, current status).
 func (t *Tx) Settle(ctx context.Context, a *Row, s Settlement) (*Row, error) {
-	env, err := t.env(ctx, a.Provider)
+	b, cur, err := t.oneStep(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	st := OnSettle(a, s, env)
-	_, err = t.run(ctx, st)
+	st := OnSettle(cur, s, b.env(cur.Provider))
+	_, err = t.runOne(ctx, b, cur, st)
 	return st.Next, err
 }
 
@@ -41,24 +42,24 @@ func (t *Tx) Settle(ctx context.Context, a *Row, s Settlement) (*Row, error) {
 // lookup can apply, and its kept decisions applied. It returns the attempt after it; one that is
 // no longer stale is returned unchanged.
 func (t *Tx) MarkStale(ctx context.Context, a *Row, now time.Time, timeout time.Duration) (*Row, error) {
-	env, err := t.env(ctx, a.Provider)
+	b, cur, err := t.oneStep(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	st := OnStale(a, now, timeout, env)
-	_, err = t.run(ctx, st)
+	st := OnStale(cur, now, timeout, b.env(cur.Provider))
+	_, err = t.runOne(ctx, b, cur, st)
 	return st.Next, err
 }
 
 // RecordLookup applies a lookup verdict (OnLookup) to a, re-read FOR UPDATE under its intent
 // lock, and reports whether the lease was lost (the verdict was then only audited).
 func (t *Tx) RecordLookup(ctx context.Context, a *Row, c LookupCause) (lost bool, err error) {
-	env, err := t.env(ctx, a.Provider)
+	b, cur, err := t.oneStep(ctx, a)
 	if err != nil {
 		return false, err
 	}
-	st, lost := OnLookup(a, c, env)
-	ok, err := t.run(ctx, st)
+	st, lost := OnLookup(cur, c, b.env(cur.Provider))
+	ok, err := t.runOne(ctx, b, cur, st)
 	return lost || !ok, err
 }
 
@@ -66,17 +67,13 @@ func (t *Tx) RecordLookup(ctx context.Context, a *Row, c LookupCause) (lost bool
 // its intent lock. raised: the deadline passed and nothing held it back, so deadline_exceeded
 // was asked for; opened: and it was inserted (not already there).
 func (t *Tx) JudgeDeadline(ctx context.Context, a *Row, deadline time.Duration) (raised, opened bool, err error) {
-	env, err := t.env(ctx, a.Provider)
-	if err != nil {
-		return false, false, err
-	}
-	escs, err := t.Escalations(ctx, a.ID)
+	b, cur, err := t.oneStep(ctx, a)
 	if err != nil {
 		return false, false, err
 	}
 	before := t.EscalationsOpened[ReasonDeadlineExceeded]
-	s := OnDeadline(a, escs, deadline, env)
-	if _, err := t.run(ctx, s); err != nil {
+	s := OnDeadline(cur, maps.Clone(b.stored[cur.ID]), deadline, b.env(cur.Provider))
+	if _, err := t.runOne(ctx, b, cur, s); err != nil {
 		return false, false, err
 	}
 	return len(s.Open) > 0, t.EscalationsOpened[ReasonDeadlineExceeded] > before, nil

@@ -236,12 +236,6 @@ func (t *Tx) Now(ctx context.Context) (time.Time, error) {
 	return *t.now, nil
 }
 
-// env is the transition function's environment for an attempt at provider.
-func (t *Tx) env(ctx context.Context, provider string) (Env, error) {
-	now, err := t.Now(ctx)
-	return Env{Now: now, FirstCheck: t.cfg.FirstCheck, Policy: t.cfg.Policies[provider]}, err
-}
-
 // LockIntent creates the intent row insert-first and locks it (FOR UPDATE semantics through
 // ON CONFLICT DO UPDATE): every transaction that creates or changes an attempt of the intent
 // runs after it (docs/design.md#transactions-and-locks, lock order intent → attempts →
@@ -382,24 +376,6 @@ func ToSiblings(rows []*Row) []Sibling {
 	return out
 }
 
-func (t *Tx) audit(ctx context.Context, id uuid.UUID, a Audit) error {
-	var lookup []byte
-	if a.Lookup != nil {
-		var err error
-		if lookup, err = json.Marshal(a.Lookup); err != nil {
-			return err
-		}
-	}
-	if _, err := t.tx.Exec(ctx, q("attempt_transition_insert"), id, string(a.From), string(a.To), a.Cause, a.EventID, lookup,
-		a.Actor, a.Reason, a.Note); err != nil {
-		return fmt.Errorf("attempt: audit %s: %w", id, err)
-	}
-	return nil
-}
-
-// Audit records a on attempt id.
-func (t *Tx) Audit(ctx context.Context, id uuid.UUID, a Audit) error { return t.audit(ctx, id, a) }
-
 // Anomaly records one detection of a rule breach (every occurrence, for counting and logs).
 func (t *Tx) Anomaly(ctx context.Context, tenantID string, attemptID *uuid.UUID, kind, eventID string, detail map[string]any) error {
 	d, _ := json.Marshal(detail)
@@ -463,64 +439,6 @@ func (t *Tx) openedMessage(a *Row, escID string, reason Reason, detail string) (
 	return t.message(cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
 }
 
-// Escalations returns the escalations of attempt id by reason, as stored.
-func (t *Tx) Escalations(ctx context.Context, id uuid.UUID) (map[Reason]EscalationState, error) {
-	rows, err := t.tx.Query(ctx, q("escalation_states_of_attempt"), id)
-	if err != nil {
-		return nil, fmt.Errorf("attempt: escalations of %s: %w", id, err)
-	}
-	out := map[Reason]EscalationState{}
-	var r Reason
-	var st EscalationState
-	if _, err := pgx.ForEachRow(rows, []any{&r, &st}, func() error { out[r] = st; return nil }); err != nil {
-		return nil, fmt.Errorf("attempt: escalations of %s: %w", id, err)
-	}
-	return out, nil
-}
-
-// CloseEscalations closes a's open escalations of the given reasons (nil: every reason) and
-// publishes escalation.closed for each, in the order of reasons (Reasons() when nil).
-func (t *Tx) CloseEscalations(ctx context.Context, a *Row, reasons []Reason, closedBy, actor, onlyID string) error {
-	var rs []string
-	if reasons != nil {
-		rs = make([]string, 0, len(reasons))
-		for _, r := range reasons {
-			rs = append(rs, string(r))
-		}
-	}
-	rows, err := t.tx.Query(ctx, q("escalation_close"), a.ID, string(EscalationClosed), closedBy, actor, string(EscalationOpen), rs, onlyID)
-	if err != nil {
-		return fmt.Errorf("attempt: close escalations %s: %w", a.IdempotencyKey, err)
-	}
-	type closed struct{ id, reason string }
-	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (closed, error) {
-		var c closed
-		return c, r.Scan(&c.id, &c.reason)
-	})
-	if err != nil {
-		return fmt.Errorf("attempt: close escalations %s: %w", a.IdempotencyKey, err)
-	}
-	// In the order of reasons (Reasons() when nil), as the batch closes them.
-	order := reasons
-	if order == nil {
-		order = Reasons()
-	}
-	slices.SortFunc(cs, func(x, y closed) int {
-		return cmp.Compare(slices.Index(order, Reason(x.reason)), slices.Index(order, Reason(y.reason)))
-	})
-	for _, c := range cs {
-		t.EscalationsClosed[Reason(c.reason)]++
-		m, err := t.closedMessage(a, c.id, closedBy, actor)
-		if err != nil {
-			return err
-		}
-		if err := outbox.Insert(ctx, t.tx, m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // closedMessage builds escalation.closed for a's escalation escID, closed by closedBy (actor
 // "" none).
 func (t *Tx) closedMessage(a *Row, escID, closedBy, actor string) (outbox.Message, error) {
@@ -532,19 +450,6 @@ func (t *Tx) closedMessage(a *Row, escID, closedBy, actor string) (outbox.Messag
 		msg.Actor = &actor
 	}
 	return t.message(cmp.Or(t.cfg.EscalationsTopic, events.TopicEscalations), a, msg.OutputEnvelope, msg)
-}
-
-// Resolved publishes attempt.resolved for a, caused by causeID, and closes its outcome
-// escalations; closedBy is event, lookup or manual.
-func (t *Tx) Resolved(ctx context.Context, a *Row, causeID, closedBy, actor string) error {
-	m, err := t.resolvedMessage(a, causeID)
-	if err != nil {
-		return err
-	}
-	if err := outbox.Insert(ctx, t.tx, m); err != nil {
-		return err
-	}
-	return t.CloseEscalations(ctx, a, OutcomeReasons, closedBy, actor, "")
 }
 
 // ClaimReference claims (provider, operation, reference) for a insert-first. A claim held by
@@ -583,63 +488,4 @@ func (t *Tx) ClaimReference(ctx context.Context, a *Row, eventID string) error {
 	return t.Escalate(ctx, other, ReasonDuplicateProviderReference, "")
 }
 
-// CheckDuplicateBooking escalates duplicate_booking on a and every other CONFIRMED version of
-// its (intent, operation, subject) (DuplicateBookings). Call it with the intent locked.
-func (t *Tx) CheckDuplicateBooking(ctx context.Context, a *Row) error {
-	if a.Status != StatusConfirmed || !duplicateBookingOps[a.Operation] {
-		return nil // DuplicateBookings finds none: spare the read
-	}
-	sibs, err := t.siblings(ctx, a)
-	if err != nil {
-		return err
-	}
-	others := DuplicateBookings(a, sibs)
-	if len(others) == 0 {
-		return nil
-	}
-	if err := t.Escalate(ctx, a, ReasonDuplicateBooking, ""); err != nil {
-		return err
-	}
-	for _, o := range others {
-		if err := t.Escalate(ctx, o, ReasonDuplicateBooking, ""); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// siblings reads every version of a's (intent, operation, subject).
-func (t *Tx) siblings(ctx context.Context, a *Row) ([]*Row, error) {
-	rs, err := scanRows(t.tx.Query(ctx, q("booking_attempt_siblings"), a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject))
-	if err != nil {
-		return nil, fmt.Errorf("attempt: siblings: %w", err)
-	}
-	return rs, nil
-}
-
 func (t *Tx) maxVersions(provider string) int { return t.cfg.Policies[provider].maxVersions() }
-
-// JudgeGate judges the safe retry gate for a and for every later version already judged, when
-// a changed (GateJudgements). A version that is not a safe retry is recorded and escalated
-// blind_retry once; once raised it stays raised.
-func (t *Tx) JudgeGate(ctx context.Context, a *Row, judgeSelf bool) error {
-	sibs, err := t.siblings(ctx, a)
-	if err != nil {
-		return err
-	}
-	for _, j := range GateJudgements(a, sibs, judgeSelf, t.maxVersions) {
-		if _, err := t.tx.Exec(ctx, q("booking_attempt_mark_gate_judged"), j.Row.ID); err != nil {
-			return err
-		}
-		if j.Safe {
-			continue
-		}
-		if err := t.Anomaly(ctx, j.Row.TenantID, &j.Row.ID, string(ReasonBlindRetry), "", map[string]any{"gate": j.Reason}); err != nil {
-			return err
-		}
-		if err := t.Escalate(ctx, j.Row, ReasonBlindRetry, string(j.Reason)); err != nil {
-			return err
-		}
-	}
-	return nil
-}

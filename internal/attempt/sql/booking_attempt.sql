@@ -12,11 +12,6 @@ SELECT * FROM booking_attempt_row WHERE id = $1 FOR UPDATE;
 -- Without a lock: another intent's attempt (a provider reference's owner), or a plain read.
 SELECT * FROM booking_attempt_row WHERE id = $1;
 
--- name: booking_attempt_siblings
--- Every version of one (intent, operation, subject); read with the intent locked.
-SELECT * FROM booking_attempt_row WHERE tenant_id = $1 AND booking_intent_id = $2 AND operation = $3 AND subject = $4
-ORDER BY operation_version;
-
 -- name: booking_attempt_of_intents_or_keys
 -- $1 tenants, $2 intents: every attempt of a batch's intents; $3 tenants, $4 keys: and every
 -- attempt with one of its keys (another intent's, as booking_attempt_by_key finds it); locked in
@@ -27,35 +22,17 @@ WHERE id IN (SELECT id FROM booking_attempt WHERE (tenant_id, booking_intent_id)
 ORDER BY id FOR UPDATE;
 
 -- name: booking_attempt_insert
--- A new attempt, as OnEvent built it; ON CONFLICT: created meanwhile under another lock.
+-- A one-step batch's new attempt, as its step leaves it (a batch of several copies them in);
+-- ON CONFLICT: created meanwhile under another lock.
 INSERT INTO booking_attempt (id, tenant_id, booking_intent_id, operation, subject, operation_version,
     idempotency_key, provider, status, resolution_source, request, request_hash, fingerprint, client_reference,
     provider_session_id, correlation_id, payment_reference, subject_provider_reference, provider_idempotency_key,
     provider_reference, failure_code, retryable, timeout_class, request_sent, started_at, first_event_at, window_start,
-    failed_fact_at, unknown_since, terminal_at, next_check_at, created_at, updated_at, gate_judged)
+    failed_fact_at, unknown_since, terminal_at, next_check_at, created_at, updated_at, gate_judged, blind_retry)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), $11, nullif($12, ''), nullif($13, ''), nullif($14, ''),
     nullif($15, ''), nullif($16, ''), nullif($17, ''), nullif($18, ''), nullif($19, ''), nullif($20, ''), nullif($21, ''),
-    $22, nullif($23, ''), $24, $25, $26, $27, $28, $29, $30, $31, $32, $32, $33)
+    $22, nullif($23, ''), $24, $25, $26, $27, $28, $29, $30, $31, $32, $32, $33, $34)
 ON CONFLICT DO NOTHING;
-
--- name: booking_attempt_write_state
--- The state a transition decided: status, source, references, times; the lease is released.
-UPDATE booking_attempt SET status = $2, resolution_source = nullif($3, ''), provider_reference = nullif($4, ''),
-    failure_code = nullif($5, ''), retryable = $6, timeout_class = nullif($7, ''), window_start = $8,
-    failed_fact_at = $9, unknown_since = $10, terminal_at = $11, next_check_at = $12,
-    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-WHERE id = $1;
-
--- name: booking_attempt_fill_request
--- A start that arrived after the outcome fills in the request, hash and recovery identities.
-UPDATE booking_attempt SET request = $2, request_hash = $3, fingerprint = nullif($4, ''),
-    client_reference = nullif($5, ''), provider_session_id = nullif($6, ''), correlation_id = nullif($7, ''),
-    payment_reference = nullif($8, ''), subject_provider_reference = nullif($9, ''), provider_idempotency_key = nullif($10, ''),
-    started_at = $11, window_start = $12, updated_at = now()
-WHERE id = $1;
-
--- name: booking_attempt_record_reference
-UPDATE booking_attempt SET provider_reference = $2, updated_at = now() WHERE id = $1;
 
 -- name: booking_attempt_record_check
 -- A check that did not settle the attempt, fenced by the lease token and $5 = UNKNOWN
@@ -70,9 +47,6 @@ WHERE id = $1 AND lease_token = $2 AND status = $5;
 UPDATE booking_attempt a SET provider_reference = u.ref, updated_at = now()
 FROM unnest($1::uuid[], $2::text[]) AS u(id, ref)
 WHERE a.id = u.id;
-
--- name: booking_attempt_mark_gate_judged
-UPDATE booking_attempt SET gate_judged = true WHERE id = $1;
 
 -- name: booking_attempt_mark_blind_retry
 UPDATE booking_attempt SET blind_retry = true WHERE id = $1;

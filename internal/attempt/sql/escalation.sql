@@ -8,9 +8,6 @@ ON CONFLICT (attempt_id, reason) DO NOTHING;
 -- name: escalation_state
 SELECT state FROM escalation WHERE attempt_id = $1 AND reason = $2;
 
--- name: escalation_states_of_attempt
-SELECT reason, state FROM escalation WHERE attempt_id = $1;
-
 -- name: escalation_states_of_attempts
 -- The bulk path's read of its escalated attempts' escalations ($1 their ids).
 SELECT attempt_id, reason, state FROM escalation WHERE attempt_id = ANY($1::uuid[]);
@@ -21,10 +18,3 @@ SELECT attempt_id, reason, state FROM escalation WHERE attempt_id = ANY($1::uuid
 UPDATE escalation e SET state = $4, closed_at = now(), closed_by = u.closed_by, actor = nullif(u.actor, '')
 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, closed_by, actor)
 WHERE e.escalation_id = u.id AND e.state = $5;
-
--- name: escalation_close
--- $2 closed, $3 closed_by, $4 actor, $5 open, $6 the reasons (NULL: every reason), $7 one
--- escalation id ('' every one).
-UPDATE escalation SET state = $2, closed_at = now(), closed_by = $3, actor = nullif($4, '')
-WHERE attempt_id = $1 AND state = $5 AND ($6::text[] IS NULL OR reason = ANY($6)) AND ($7 = '' OR escalation_id::text = $7)
-RETURNING escalation_id::text, reason;

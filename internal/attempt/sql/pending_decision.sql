@@ -1,12 +1,11 @@
 -- pending_decision: manual decisions kept for an attempt that did not exist yet or was
 -- IN_PROGRESS, applied by the transaction that next makes it UNKNOWN or terminal.
 
--- name: pending_decision_insert
-INSERT INTO pending_decision (tenant_id, idempotency_key, event_id, decision) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING;
-
--- name: pending_decision_of_attempt
-SELECT event_id, decision FROM pending_decision
-WHERE tenant_id = $1 AND idempotency_key = $2 AND applied_at IS NULL AND failed_at IS NULL ORDER BY seq FOR UPDATE;
+-- name: pending_decision_insert_many
+-- The batch's decisions to keep, in array order (seq follows it).
+INSERT INTO pending_decision (tenant_id, idempotency_key, event_id, decision)
+SELECT t, k, e, d FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS u(t, k, e, d, n) ORDER BY n
+ON CONFLICT DO NOTHING;
 
 -- name: pending_decision_mark_failed
 UPDATE pending_decision SET failed_at = now(), failure_reason = $4 WHERE tenant_id = $1 AND idempotency_key = $2 AND event_id = $3;
