@@ -69,6 +69,14 @@ type Bulk struct {
 	// the step's own writes, each under a savepoint (ApplyPendingDecisions' isolation).
 	single  bool
 	keptFor []*Row
+	// owners: the claims of the batch's provider references (provider, operation, reference) →
+	// the attempt holding it, as loaded and as the batch claims them; byID: the batch's attempts;
+	// foreign: attempts outside the batch holding a reference one of its attempts brought, to
+	// escalate duplicate_provider_reference at Flush (read there without their intent lock, as
+	// ClaimReference does; the UNIQUE (attempt, reason) guards it).
+	owners  map[[3]string]uuid.UUID
+	byID    map[uuid.UUID]*Row
+	foreign []uuid.UUID
 	// check and deadlineDone: a one-step batch's WriteCheck (fenced: written first, and when the
 	// lease was lost nothing is written, errNotWritten) and WriteDeadlineDone.
 	check        *bulkCheck
@@ -85,10 +93,12 @@ type bulkCheck struct {
 // fenced check whose lease was lost — and wrote nothing.
 var errNotWritten = errors.New("attempt: nothing to write to")
 
-// bulkClaim is a provider reference claim: the attempt and the event that brought it (for a
-// conflict's anomaly, as Step.ClaimEventID).
+// bulkClaim is a provider reference claim: the attempt, the reference (as the step claimed it: a
+// later step may change the attempt's) and the event that brought it (for a conflict's anomaly,
+// as Step.ClaimEventID).
 type bulkClaim struct {
 	a       *Row
+	ref     string
 	eventID string
 }
 
@@ -130,6 +140,8 @@ func groupKey(tenant, intent string, op events.Operation, subject string) string
 func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.Decision, transportCodes []string) (*Bulk, error) {
 	seenIntent, seenKey := map[[2]string]bool{}, map[[2]string]bool{}
 	var tenants, intents, keyTenants, keys []string
+	var refs [][3]string
+	keyOps := map[[2]string][2]string{} // (tenant, key) → (provider, operation) of its events
 	add := func(tenant, intent, key string) {
 		if k := [2]string{tenant, intent}; !seenIntent[k] {
 			seenIntent[k] = true
@@ -142,17 +154,26 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.De
 	}
 	for _, ev := range evs {
 		add(ev.TenantID, ev.BookingIntentID, ev.IdempotencyKey)
+		keyOps[[2]string{ev.TenantID, ev.IdempotencyKey}] = [2]string{ev.Provider, string(ev.Operation)}
+		if ev.Outcome != nil && ev.Outcome.ProviderReference != "" {
+			refs = append(refs, [3]string{ev.Provider, string(ev.Operation), ev.Outcome.ProviderReference})
+		}
 	}
 	for _, d := range decs {
 		add(d.TenantID, d.BookingIntentID, d.IdempotencyKey)
 	}
-	return t.loadBulk(ctx, transportCodes, tenants, intents, keyTenants, keys)
+	return t.loadBulk(ctx, transportCodes, tenants, intents, keyTenants, keys, refs, decs, keyOps)
 }
 
 // oneStep is the one-step batch of a, an attempt read FOR UPDATE under its intent lock: loaded
 // as NewBulk loads (a's intent and key), and b's row for a.
-func (t *Tx) oneStep(ctx context.Context, a *Row) (*Bulk, *Row, error) {
-	b, err := t.loadBulk(ctx, nil, []string{a.TenantID}, []string{a.BookingIntentID}, []string{a.TenantID}, []string{a.IdempotencyKey})
+// ref is the provider reference the step may claim ("" none).
+func (t *Tx) oneStep(ctx context.Context, a *Row, ref string) (*Bulk, *Row, error) {
+	var refs [][3]string
+	if ref != "" {
+		refs = [][3]string{{a.Provider, string(a.Operation), ref}}
+	}
+	b, err := t.loadBulk(ctx, nil, []string{a.TenantID}, []string{a.BookingIntentID}, []string{a.TenantID}, []string{a.IdempotencyKey}, refs, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -165,13 +186,17 @@ func (t *Tx) oneStep(ctx context.Context, a *Row) (*Bulk, *Row, error) {
 }
 
 // loadBulk locks the intents (tenants[i], intents[i]) and reads their attempts and those with the
-// keys (keyTenants[i], keys[i]), the escalations of those attempts and the decisions kept for the
-// keys.
-func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, keyTenants, keys []string) (*Bulk, error) {
+// keys (keyTenants[i], keys[i]), the escalations of those attempts, the decisions kept for the
+// keys, and who holds the provider references the steps may claim: refs (provider, operation,
+// reference), and those of decs and of the kept decisions, at their attempt's provider and
+// operation (keyOps's, from the batch's events, for an attempt not created yet).
+func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, keyTenants, keys []string, refs [][3]string,
+	decs []events.Decision, keyOps map[[2]string][2]string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
 		kept: map[[2]string][]keptDecision{}, inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{},
 		fills: map[uuid.UUID]*Row{}, refs: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
-		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{}}
+		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{},
+		owners: map[[3]string]uuid.UUID{}, byID: map[uuid.UUID]*Row{}}
 	if len(tenants) == 0 {
 		return b, nil
 	}
@@ -193,6 +218,7 @@ func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, key
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 		b.stored[a.ID] = map[Reason]EscalationState{}
+		b.byID[a.ID] = a
 		ids = append(ids, a.ID)
 	}
 	if len(ids) > 0 {
@@ -219,7 +245,49 @@ func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, key
 	}); err != nil {
 		return nil, fmt.Errorf("attempt: read kept decisions: %w", err)
 	}
-	return b, nil
+	// A decision's reference is claimed at its attempt's provider and operation.
+	decided := func(tenant, key, ref string) {
+		if a := b.byKey[[2]string{tenant, key}]; a != nil && ref != "" {
+			refs = append(refs, [3]string{a.Provider, string(a.Operation), ref})
+		} else if po, ok := keyOps[[2]string{tenant, key}]; ok && ref != "" {
+			refs = append(refs, [3]string{po[0], po[1], ref})
+		}
+	}
+	for _, d := range decs {
+		decided(d.TenantID, d.IdempotencyKey, d.ProviderReference)
+	}
+	for k, ks := range b.kept {
+		for _, kd := range ks {
+			var d struct{ ProviderReference string }
+			if json.Unmarshal(kd.raw, &d) == nil {
+				decided(k[0], k[1], d.ProviderReference)
+			}
+		}
+	}
+	return b, b.loadOwners(ctx, refs)
+}
+
+// loadOwners reads who holds the provider references refs (provider, operation, reference).
+func (b *Bulk) loadOwners(ctx context.Context, refs [][3]string) error {
+	var prov, op, ref []string
+	for _, r := range refs {
+		if _, ok := b.owners[r]; !ok {
+			prov, op, ref = append(prov, r[0]), append(op, r[1]), append(ref, r[2])
+		}
+	}
+	if len(prov) == 0 {
+		return nil
+	}
+	rows, err := b.t.tx.Query(ctx, q("provider_reference_claim_owners"), prov, op, ref)
+	if err != nil {
+		return fmt.Errorf("attempt: read claims: %w", err)
+	}
+	var r [3]string
+	var owner uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&r[0], &r[1], &r[2], &owner}, func() error { b.owners[r] = owner; return nil }); err != nil {
+		return fmt.Errorf("attempt: read claims: %w", err)
+	}
+	return nil
 }
 
 func (b *Bulk) env(provider string) Env {
@@ -295,6 +363,7 @@ func (b *Bulk) write(cur *Row, s Step) error {
 		b.inserted[a.ID] = true
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
 		b.stored[a.ID] = map[Reason]EscalationState{}
+		b.byID[a.ID] = a
 		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
 		b.group[g] = append(b.group[g], a)
 		b.t.Created[a.Status]++
@@ -339,7 +408,9 @@ func (b *Bulk) write(cur *Row, s Step) error {
 		b.anomaly(a, an.Kind, an.EventID, an.Detail)
 	}
 	if s.Claim && a.ProviderReference != "" && a.ProviderReference != known {
-		b.claims = append(b.claims, bulkClaim{a, s.ClaimEventID})
+		if err := b.claim(a, s.ClaimEventID); err != nil {
+			return err
+		}
 	}
 	if r := s.Resolve; r != nil {
 		m, err := b.t.resolvedMessage(a, r.CauseID)
@@ -494,6 +565,33 @@ func (b *Bulk) applyKeptIsolated(ctx context.Context, a *Row) error {
 		b.t.DecisionsFailed = append(b.t.DecisionsFailed, FailedDecision{AttemptID: a.ID, TenantID: a.TenantID,
 			IdempotencyKey: a.IdempotencyKey, EventID: k.eventID, Class: class, Err: err})
 	}
+	return nil
+}
+
+// claim buffers ClaimReference(a, eventID): a reference nobody holds is claimed (inserted at
+// Flush); one another attempt holds is OnClaimConflict's — the anomaly on a and
+// duplicate_provider_reference on both, the holder's at Flush when it is outside the batch.
+func (b *Bulk) claim(a *Row, eventID string) error {
+	r := [3]string{a.Provider, string(a.Operation), a.ProviderReference}
+	owner, held := b.owners[r]
+	if !held {
+		b.owners[r] = a.ID
+		b.claims = append(b.claims, bulkClaim{a, a.ProviderReference, eventID})
+		return nil
+	}
+	dup, an := OnClaimConflict(a, owner, eventID)
+	if !dup {
+		return nil
+	}
+	b.t.DuplicateProvRefs++
+	b.anomaly(a, an.Kind, an.EventID, an.Detail)
+	if err := b.escalate(a, ReasonDuplicateProviderReference, ""); err != nil {
+		return err
+	}
+	if other := b.byID[owner]; other != nil {
+		return b.escalate(other, ReasonDuplicateProviderReference, "")
+	}
+	b.foreign = append(b.foreign, owner)
 	return nil
 }
 
@@ -776,38 +874,47 @@ func (b *Bulk) flush(ctx context.Context) error {
 	if err := outbox.InsertMany(ctx, tx, b.messages); err != nil {
 		return err
 	}
+	for _, id := range b.foreign {
+		other, err := ReadByID(ctx, tx, id)
+		if err != nil {
+			return fmt.Errorf("attempt: read owner: %w", err)
+		}
+		if err := b.t.Escalate(ctx, other, ReasonDuplicateProviderReference, ""); err != nil {
+			return err
+		}
+	}
 	if len(b.claims) == 0 {
 		return nil
 	}
 	// Claim in key order, so two batches claiming overlapping references cannot deadlock.
-	slices.SortFunc(b.claims, func(cx, cy bulkClaim) int {
+	slices.SortStableFunc(b.claims, func(cx, cy bulkClaim) int {
 		x, y := cx.a, cy.a
 		return cmp.Or(strings.Compare(x.Provider, y.Provider), strings.Compare(string(x.Operation), string(y.Operation)),
-			strings.Compare(x.ProviderReference, y.ProviderReference))
+			strings.Compare(cx.ref, cy.ref))
 	})
 	var prov, op, ref, tenant []string
 	var ids []uuid.UUID
 	for _, c := range b.claims {
 		a := c.a
-		prov, op, ref, tenant, ids = append(prov, a.Provider), append(op, string(a.Operation)), append(ref, a.ProviderReference),
+		prov, op, ref, tenant, ids = append(prov, a.Provider), append(op, string(a.Operation)), append(ref, c.ref),
 			append(tenant, a.TenantID), append(ids, a.ID)
 	}
 	rows, err := tx.Query(ctx, q("provider_reference_claim_insert_many"), prov, op, ref, ids, tenant)
 	if err != nil {
 		return fmt.Errorf("attempt: bulk claim: %w", err)
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
+	won := map[[3]string]bool{}
+	var r [3]string
+	if _, err := pgx.ForEachRow(rows, []any{&r[0], &r[1], &r[2]}, func() error { won[r] = true; return nil }); err != nil {
 		return fmt.Errorf("attempt: bulk claim: %w", err)
 	}
-	won := make(map[uuid.UUID]bool, len(claimed))
-	for _, id := range claimed {
-		won[id] = true
-	}
 	for _, c := range b.claims {
-		if !won[c.a.ID] {
-			// Held by another attempt: the per-event rule escalates both.
-			if err := b.t.ClaimReference(ctx, c.a, c.eventID); err != nil {
+		if !won[[3]string{c.a.Provider, string(c.a.Operation), c.ref}] {
+			// Claimed meanwhile by another transaction (the batch read who held it at its start):
+			// the database's answer, OnClaimConflict's rule as ClaimReference applies it.
+			a := *c.a
+			a.ProviderReference = c.ref
+			if err := b.t.ClaimReference(ctx, &a, c.eventID); err != nil {
 				return err
 			}
 		}
@@ -818,7 +925,7 @@ func (b *Bulk) flush(ctx context.Context) error {
 // reset empties the buffers after a Flush; the attempts in memory stay, as stored.
 func (b *Bulk) reset() {
 	b.inserts, b.audits, b.messages, b.claims, b.escalations, b.anomalies, b.keeps, b.closes, b.done = nil, nil, nil, nil, nil, nil, nil, nil, nil
-	b.check, b.deadlineDone = nil, nil
+	b.check, b.deadlineDone, b.foreign = nil, nil, nil
 	clear(b.inserted)
 	clear(b.updates)
 	clear(b.fills)

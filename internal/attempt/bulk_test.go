@@ -403,7 +403,7 @@ func TestBulkWritesEveryStepSetBased(t *testing.T) {
 	want := map[string]int{"clock_now": 1, "booking_intent_lock_many": 1, "booking_attempt_of_intents_or_keys": 1,
 		"escalation_states_of_attempts": 1, "pending_decision_of_keys": 1, "booking_attempt_update_many": 1,
 		"booking_attempt_record_reference_many": 1, "escalation_close_many": 1, "pending_decision_mark_applied": 1,
-		"provider_reference_claim_insert_many": 1, "insert outbox": 1,
+		"provider_reference_claim_owners": 1, "provider_reference_claim_insert_many": 1, "insert outbox": 1,
 		"other: begin isolation level read committed": 1, "other: commit": 1}
 	if !maps.Equal(got, want) {
 		t.Errorf("statements %v\nwant %v", got, want)

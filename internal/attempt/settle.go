@@ -27,7 +27,7 @@ type Settlement struct {
 // reference claim, duplicate booking, the gate of later versions, kept manual decisions. The
 // caller has checked that the verdict applies (fencing, current status).
 func (t *Tx) Settle(ctx context.Context, a *Row, s Settlement) (*Row, error) {
-	b, cur, err := t.oneStep(ctx, a)
+	b, cur, err := t.oneStep(ctx, a, s.Reference)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (t *Tx) Settle(ctx context.Context, a *Row, s Settlement) (*Row, error) {
 // lookup can apply, and its kept decisions applied. It returns the attempt after it; one that is
 // no longer stale is returned unchanged.
 func (t *Tx) MarkStale(ctx context.Context, a *Row, now time.Time, timeout time.Duration) (*Row, error) {
-	b, cur, err := t.oneStep(ctx, a)
+	b, cur, err := t.oneStep(ctx, a, "")
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,11 @@ func (t *Tx) MarkStale(ctx context.Context, a *Row, now time.Time, timeout time.
 // RecordLookup applies a lookup verdict (OnLookup) to a, re-read FOR UPDATE under its intent
 // lock, and reports whether the lease was lost (the verdict was then only audited).
 func (t *Tx) RecordLookup(ctx context.Context, a *Row, c LookupCause) (lost bool, err error) {
-	b, cur, err := t.oneStep(ctx, a)
+	ref := ""
+	if c.Lookup.Settle != nil {
+		ref = c.Lookup.Settle.Reference
+	}
+	b, cur, err := t.oneStep(ctx, a, ref)
 	if err != nil {
 		return false, err
 	}
@@ -67,7 +71,7 @@ func (t *Tx) RecordLookup(ctx context.Context, a *Row, c LookupCause) (lost bool
 // its intent lock. raised: the deadline passed and nothing held it back, so deadline_exceeded
 // was asked for; opened: and it was inserted (not already there).
 func (t *Tx) JudgeDeadline(ctx context.Context, a *Row, deadline time.Duration) (raised, opened bool, err error) {
-	b, cur, err := t.oneStep(ctx, a)
+	b, cur, err := t.oneStep(ctx, a, "")
 	if err != nil {
 		return false, false, err
 	}

@@ -7,8 +7,13 @@ VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING;
 -- name: provider_reference_claim_owner
 SELECT attempt_id FROM provider_reference_claim WHERE provider = $1 AND operation = $2 AND reference = $3;
 
+-- name: provider_reference_claim_owners
+-- The batch's read of who holds its provider references ($1 providers, $2 operations, $3 references).
+SELECT provider, operation, reference, attempt_id FROM provider_reference_claim
+WHERE (provider, operation, reference) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]));
+
 -- name: provider_reference_claim_insert_many
 -- Claimed in (provider, operation, reference) order by the caller; returns the claims won.
 INSERT INTO provider_reference_claim (provider, operation, reference, attempt_id, tenant_id)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::text[])
-ON CONFLICT DO NOTHING RETURNING attempt_id;
+ON CONFLICT DO NOTHING RETURNING provider, operation, reference;
