@@ -19,22 +19,26 @@ import (
 	"github.com/bookrecon/bookrecon/internal/postgres"
 )
 
-// Bulk is the batch write path: it locks a batch's intents and loads set-based (NewBulk) every
-// attempt of them and every attempt with one of the batch's keys, all their escalations and the
-// manual decisions kept for those keys; it applies the transition function event by event in
-// batch order to the attempts in memory (Apply: OnEvent; ApplyDecision: OnDecision, a kept
-// decision applied as the step that makes its attempt UNKNOWN or terminal asks) and flushes what
-// it buffered with a handful of set-based statements (Flush) instead of a dozen statements per
-// event. Every step an event or a decision produces is buffered: the safe retry gate and
+// Bulk is the one write path of every cause: it locks a batch's intents and loads set-based
+// (NewBulk) every attempt of them and every attempt with one of the batch's keys, all their
+// escalations, the manual decisions kept for those keys and who holds the provider references
+// the batch brings; it applies the transition function event by event in batch order to the
+// attempts in memory (Apply: OnEvent; ApplyDecision: OnDecision; a kept decision applied as the
+// step that makes its attempt UNKNOWN or terminal asks) and flushes what it buffered with a
+// handful of set-based statements (Flush). Every step is buffered: the safe retry gate and
 // duplicate bookings are judged on the versions in memory, an escalation asked for again is
-// EscalationOnOpen's as the loaded states say, and a resolution closes every open outcome
-// escalation in the order of OutcomeReasons. Only the database can answer two things, both at
-// Flush: a provider reference claimed by an attempt outside the batch (both escalated, as
-// OnClaimConflict says) and an attempt created meanwhile by another intent's transaction with a
-// key of the batch (the COPY fails with a unique violation; the ingester counts it and reruns
-// the batch record by record). The rules and effects are those of ApplyEvent
-// (docs/design.md#attempt-states, docs/design.md#safe-retry-gate, docs/design.md#escalations,
-// docs/design.md#storage-rules).
+// EscalationOnOpen's as the loaded states say, a claim another attempt holds is
+// OnClaimConflict's, and a resolution closes every open outcome escalation in the order of
+// OutcomeReasons. The ingester's batches are Bulks of many steps; ApplyEvent, ApplyDecision and
+// the reconciler's and the escalator's causes are one-step batches (single), each flushed on its
+// own. Only the database can answer three things, at Flush: a reference claimed meanwhile by
+// another transaction (ClaimReference: both escalated); an attempt created meanwhile by another
+// intent's transaction with a key of the batch (a one-step batch decides again, errNotWritten; a
+// batch of many fails its COPY with a unique violation); a kept decision the database refuses
+// (a one-step batch marks it failed under its savepoint; a batch of many fails). A batch of many
+// that fails for a record's data is rerun by the ingester record by record, one-step batches
+// under a savepoint each (docs/design.md#attempt-states, docs/design.md#safe-retry-gate,
+// docs/design.md#escalations, docs/design.md#storage-rules).
 type Bulk struct {
 	t     *Tx
 	codes []string
@@ -66,7 +70,7 @@ type Bulk struct {
 	// single: a one-step batch (Tx.ApplyEvent, Tx.ApplyDecision and the reconciler's and the
 	// escalator's causes): a create goes in insert-first and one that lost its race writes
 	// nothing (errNotWritten: decide again), and the kept decisions of keptFor are applied after
-	// the step's own writes, each under a savepoint (ApplyPendingDecisions' isolation).
+	// the step's own writes, each under a savepoint (applyKeptIsolated).
 	single  bool
 	keptFor []*Row
 	// owners: the claims of the batch's provider references (provider, operation, reference) →
@@ -200,7 +204,7 @@ func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, key
 	if len(tenants) == 0 {
 		return b, nil
 	}
-	// The database clock, as in the per-event path: the transaction's start time.
+	// The database clock: the transaction's start time, read once per transaction (Tx.Now).
 	var err error
 	if b.now, err = t.Now(ctx); err != nil {
 		return nil, err
@@ -347,7 +351,7 @@ func (b *Bulk) ApplyDecision(ctx context.Context, d events.Decision) (string, er
 	return s.Decision, nil
 }
 
-// write buffers Step s of the attempt cur (nil: s creates it) in Tx.run's order: Next, the audit
+// write buffers Step s of the attempt cur (nil: s creates it) in Step's order: Next, the audit
 // row, anomalies, the reference claim, the resolution and the outcome escalations it closes,
 // duplicate bookings, escalations to open, the gate, escalations to close, kept decisions.
 func (b *Bulk) write(cur *Row, s Step) error {
@@ -424,7 +428,7 @@ func (b *Bulk) write(cur *Row, s Step) error {
 	}
 	if s.Duplicates {
 		if dups := DuplicateBookings(a, b.siblings(a)); len(dups) > 0 {
-			for _, r := range append([]*Row{a}, dups...) { // a first, as CheckDuplicateBooking
+			for _, r := range append([]*Row{a}, dups...) { // a first, then the others
 				if err := b.escalate(r, ReasonDuplicateBooking, ""); err != nil {
 					return err
 				}
@@ -437,7 +441,7 @@ func (b *Bulk) write(cur *Row, s Step) error {
 		}
 	}
 	if s.Gate {
-		// JudgeGate's effects: gate_judged, and for a blind retry its anomaly, the blind_retry
+		// The gate's effects: gate_judged, and for a blind retry its anomaly, the blind_retry
 		// escalation and the attempt marked blind_retry.
 		for _, j := range GateJudgements(a, b.siblings(a), s.JudgeSelf, b.t.maxVersions) {
 			r := j.Row
@@ -601,7 +605,7 @@ func (b *Bulk) anomaly(r *Row, kind, eventID string, detail map[string]any) {
 	b.anomalies = append(b.anomalies, []any{r.TenantID, r.ID, kind, nz(eventID), d})
 }
 
-// close buffers CloseEscalations(a, c): a's open escalations that c closes, in the order of
+// close buffers Close c of a: a's open escalations that c closes, in the order of
 // c.Reasons (Reasons() when nil), each with its escalation.closed outbox row.
 func (b *Bulk) close(a *Row, c Close) error {
 	reasons := c.Reasons
@@ -660,7 +664,7 @@ func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
 }
 
 // siblings returns the versions of a's (intent, operation, subject) as the batch leaves them, in
-// version order, as the per-event path reads them (booking_attempt_siblings).
+// version order.
 func (b *Bulk) siblings(a *Row) []*Row {
 	out := slices.Clone(b.group[groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)])
 	slices.SortStableFunc(out, func(x, y *Row) int { return cmp.Compare(x.Version, y.Version) })

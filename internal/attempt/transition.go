@@ -13,7 +13,8 @@ import (
 // escalator's deadline check (OnDeadline) and the Producer API's begin (OnBegin) — each taking
 // the attempt as loaded under its intent lock and the cause, and returning a Step: the
 // attempt's new state and every effect as a value. Nothing here reads or writes the database;
-// the store (Tx.run) writes a Step as it is, in a fixed order, and no SQL decides a transition.
+// the store (Bulk, the one write path) writes a Step as it is, in a fixed order, and no SQL
+// decides a transition.
 // The rules are docs/design.md#attempt-states, docs/design.md#timeout-taxonomy,
 // docs/design.md#safe-retry-gate, docs/design.md#reconciliation and "Escalations".
 

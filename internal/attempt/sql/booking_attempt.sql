@@ -52,9 +52,8 @@ WHERE a.id = u.id;
 UPDATE booking_attempt SET blind_retry = true WHERE id = $1;
 
 -- name: booking_attempt_mark_gate_many
--- The bulk path's gate judgements (booking_attempt_mark_gate_judged, and
--- booking_attempt_mark_blind_retry where $2[i]), one row per array element; once raised a
--- blind retry stays raised.
+-- The batch's gate judgements (gate_judged, and blind_retry where $2[i]), one row per array
+-- element; once raised a blind retry stays raised.
 UPDATE booking_attempt a SET gate_judged = true, blind_retry = a.blind_retry OR u.blind
 FROM unnest($1::uuid[], $2::bool[]) AS u(id, blind)
 WHERE a.id = u.id;
@@ -64,7 +63,7 @@ UPDATE booking_attempt SET deadline_done = true WHERE id = $1;
 
 -- name: booking_attempt_update_many
 -- The bulk path's changed attempts, state decided in Go, one row per array element; the lease
--- is released (booking_attempt_write_state).
+-- is released.
 UPDATE booking_attempt a SET status = u.status, resolution_source = nullif(u.source, ''),
     provider_reference = nullif(u.ref, ''), failure_code = nullif(u.code, ''), retryable = u.retryable,
     timeout_class = nullif(u.tc, ''), window_start = u.win, failed_fact_at = u.failed_at,
@@ -119,7 +118,8 @@ UPDATE booking_attempt SET escalation_failures = escalation_failures + 1,
     escalation_error = $2, escalation_retry_at = now() + $3::interval WHERE id = $1 RETURNING escalation_retry_at;
 
 -- name: booking_attempt_fill_many
--- The bulk path's late starts (booking_attempt_fill_request, one row per array element).
+-- The batch's late starts: the request, hash and recovery identities a start that arrived after
+-- the outcome fills in, one row per array element.
 UPDATE booking_attempt a SET request = u.request, request_hash = u.hash, fingerprint = nullif(u.fp, ''),
     client_reference = nullif(u.cr, ''), provider_session_id = nullif(u.ps, ''), correlation_id = nullif(u.corr, ''),
     payment_reference = nullif(u.pay, ''), subject_provider_reference = nullif(u.subj, ''),

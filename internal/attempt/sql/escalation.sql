@@ -13,7 +13,7 @@ SELECT state FROM escalation WHERE attempt_id = $1 AND reason = $2;
 SELECT attempt_id, reason, state FROM escalation WHERE attempt_id = ANY($1::uuid[]);
 
 -- name: escalation_close_many
--- The batch's closes (escalation_close): $1 the escalation ids, $2 closed_by and $3 actor ('' none)
+-- The batch's closes: $1 the escalation ids, $2 closed_by and $3 actor ('' none)
 -- of each, $4 closed, $5 open.
 UPDATE escalation e SET state = $4, closed_at = now(), closed_by = u.closed_by, actor = nullif(u.actor, '')
 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, closed_by, actor)

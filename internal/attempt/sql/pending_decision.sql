@@ -15,7 +15,7 @@ UPDATE pending_decision SET applied_at = now() WHERE tenant_id = $1 AND idempote
 
 -- name: pending_decision_of_keys
 -- $1 tenants, $2 keys: the decisions waiting for them, in the order they were kept (the batch's
--- pending_decision_of_attempt).
+-- read of what waits; FOR UPDATE: the batch applies or marks them).
 SELECT tenant_id, idempotency_key, event_id, decision FROM pending_decision
 WHERE applied_at IS NULL AND failed_at IS NULL AND (tenant_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 ORDER BY seq FOR UPDATE;
