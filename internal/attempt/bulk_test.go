@@ -19,9 +19,12 @@ import (
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
 
-// TestBulkEqualsPerEvent: the batch write path (Bulk: buffered in memory and flushed set-based,
-// or handed to the per-event path mid-batch) stores exactly what ApplyEvent stores event by
-// event: the same attempts, audit trail and outbox records, in the same order per intent.
+// TestBulkEqualsPerEvent: a batch of many steps (Bulk: applied in memory, flushed set-based)
+// stores exactly what one-step batches (ApplyEvent, ApplyDecision, one transaction per event)
+// store: the same attempts, audit trail, outbox records, escalations, anomalies, claims and kept
+// decisions, in the same order per intent. (Before the one write path the one-step side was the
+// per-event writer, Tx.run; the comparison is now batch-size invariance, as
+// internal/ingest's TestBatchSizeInvariance on the realistic mix.)
 func TestBulkEqualsPerEvent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
