@@ -71,6 +71,7 @@ func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 		})
 		if err != nil && ctx.Err() == nil && postgres.IsStatementError(err) {
 			in.log.Warn("batch fast path failed on a record; isolating records", "records", len(items), "err", err)
+			in.metrics.BatchesRerun.Inc()
 			err = errRetryPerEvent
 		}
 	}

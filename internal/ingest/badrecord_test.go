@@ -132,7 +132,8 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 // TestKeptDecisionFailureCounted: a manual decision kept for an IN_PROGRESS attempt fails to apply
 // (its audit row refused, 23514) in the ingester's transaction that turns the attempt UNKNOWN:
 // the attempt's own transition commits, the decision is marked failed, counted in
-// bookrecon_item_failures_total{stage="decision"} and the ingester never pauses.
+// bookrecon_item_failures_total{stage="decision"} and the ingester never pauses; the batch is rerun
+// record by record once (bookrecon_ingest_batches_rerun_total).
 func TestKeptDecisionFailureCounted(t *testing.T) {
 	t.Parallel()
 	h := pipelinetest.New(t, 1)
@@ -179,5 +180,10 @@ func TestKeptDecisionFailureCounted(t *testing.T) {
 	}
 	if p := metric(t, reg, "bookrecon_ingest_pauses_total"); p != 0 {
 		t.Errorf("pauses = %v, want 0", p)
+	}
+	// The set-based write applies the kept decision in memory; the database refuses it, so that
+	// batch is rerun record by record, where the decision fails under its own savepoint.
+	if n := metric(t, reg, "bookrecon_ingest_batches_rerun_total"); n != 1 {
+		t.Errorf("batches rerun = %v, want 1", n)
 	}
 }

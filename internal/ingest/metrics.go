@@ -28,7 +28,10 @@ type Metrics struct {
 	ManualDecisions     *prometheus.CounterVec // decision, outcome
 	BatchSeconds        prometheus.Histogram
 	Paused              prometheus.Counter
-	ItemFailures        *prometheus.CounterVec // stage (decision), error_class: kept decisions that failed to apply
+	// BatchesRerun: batches the set-based write could not write, rerun record by record (a record
+	// the database refused, or one of the answers only the database has: attempt.Bulk).
+	BatchesRerun prometheus.Counter
+	ItemFailures *prometheus.CounterVec // stage (decision), error_class: kept decisions that failed to apply
 }
 
 var consumedTypes = []string{"attempt.started", "attempt.succeeded", "attempt.failed", "attempt.outcome_unknown", "decision.recorded", "invalid"}
@@ -72,11 +75,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Seconds per polled batch, from decode to offset commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		Paused: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_pauses_total",
 			Help: "Batches retried because PostgreSQL or Kafka was unavailable."}),
+		BatchesRerun: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_batches_rerun_total",
+			Help: "Batches the set-based write could not write (a record the database refused, or an attempt or claim another transaction wrote meanwhile), rerun record by record."}),
 		ItemFailures: attempt.NewItemFailures(attempt.StageDecision),
 	}
 	reg.MustRegister(m.Consumed, m.DuplicateDeliveries, m.IdempotentRepeats, m.KeyConflicts, m.BlindRetries, m.Contradictions,
 		m.UnknownCreated, m.Resolutions, m.TimeToTerminal, m.EscalationsOpened, m.EscalationsClosed, m.DuplicateProvRefs,
-		m.DeadLetters, m.KeyMismatches, m.EventIDCollisions, m.ManualDecisions, m.BatchSeconds, m.Paused, m.ItemFailures)
+		m.DeadLetters, m.KeyMismatches, m.EventIDCollisions, m.ManualDecisions, m.BatchSeconds, m.Paused, m.BatchesRerun, m.ItemFailures)
 	for _, topic := range []string{events.TopicAttempts, events.TopicManualDecisions} {
 		m.DuplicateDeliveries.WithLabelValues(topic)
 		for _, typ := range consumedTypes {
