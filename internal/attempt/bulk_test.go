@@ -294,7 +294,7 @@ func TestBulkClaimConflictEvent(t *testing.T) {
 }
 
 // stmtNames is a pgx.QueryTracer that records, while on, the name (attempt.Statements) of every
-// statement a connection runs, "insert <table>" for another package's insert, or "other: <its
+// statement a connection runs, "insert outbox" for internal/outbox's insert, or "other: <its
 // text>".
 type stmtNames struct {
 	mu     sync.Mutex
@@ -308,8 +308,8 @@ func (s *stmtNames) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	defer s.mu.Unlock()
 	if s.on {
 		name, ok := s.byText[d.SQL]
-		if m := insertInto.FindStringSubmatch(d.SQL); !ok && m != nil {
-			name = "insert " + m[1] // another package's statement
+		if !ok && outboxInsert.MatchString(d.SQL) {
+			name = "insert outbox" // internal/outbox's statement
 		} else if !ok {
 			name = "other: " + strings.Join(strings.Fields(d.SQL), " ")
 		}
@@ -318,7 +318,7 @@ func (s *stmtNames) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	return ctx
 }
 
-var insertInto = regexp.MustCompile(`(?i)insert into (\w+)`)
+var outboxInsert = regexp.MustCompile(`(?i)\binsert into outbox\b`)
 
 func (s *stmtNames) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
