@@ -166,18 +166,18 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.De
 	for _, d := range decs {
 		add(d.TenantID, d.BookingIntentID, d.IdempotencyKey)
 	}
-	return t.loadBulk(ctx, transportCodes, tenants, intents, keyTenants, keys, refs, decs, keyOps)
+	return t.loadBulk(ctx, true, transportCodes, tenants, intents, keyTenants, keys, refs, decs, keyOps)
 }
 
-// oneStep is the one-step batch of a, an attempt read FOR UPDATE under its intent lock: loaded
-// as NewBulk loads (a's intent and key), and b's row for a.
+// oneStep is the one-step batch of a, an attempt read FOR UPDATE under its intent lock (held by
+// the caller, not taken again): loaded as NewBulk loads (a's intent and key), and b's row for a.
 // ref is the provider reference the step may claim ("" none).
 func (t *Tx) oneStep(ctx context.Context, a *Row, ref string) (*Bulk, *Row, error) {
 	var refs [][3]string
 	if ref != "" {
 		refs = [][3]string{{a.Provider, string(a.Operation), ref}}
 	}
-	b, err := t.loadBulk(ctx, nil, []string{a.TenantID}, []string{a.BookingIntentID}, []string{a.TenantID}, []string{a.IdempotencyKey}, refs, nil, nil)
+	b, err := t.loadBulk(ctx, false, nil, []string{a.TenantID}, []string{a.BookingIntentID}, []string{a.TenantID}, []string{a.IdempotencyKey}, refs, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -189,12 +189,12 @@ func (t *Tx) oneStep(ctx context.Context, a *Row, ref string) (*Bulk, *Row, erro
 	return b, cur, nil
 }
 
-// loadBulk locks the intents (tenants[i], intents[i]) and reads their attempts and those with the
+// loadBulk locks the intents (tenants[i], intents[i]) when lock (else the caller holds them) and reads their attempts and those with the
 // keys (keyTenants[i], keys[i]), the escalations of those attempts, the decisions kept for the
 // keys, and who holds the provider references the steps may claim: refs (provider, operation,
 // reference), and those of decs and of the kept decisions, at their attempt's provider and
 // operation (keyOps's, from the batch's events, for an attempt not created yet).
-func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, keyTenants, keys []string, refs [][3]string,
+func (t *Tx) loadBulk(ctx context.Context, lock bool, transportCodes, tenants, intents, keyTenants, keys []string, refs [][3]string,
 	decs []events.Decision, keyOps map[[2]string][2]string) (*Bulk, error) {
 	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
 		kept: map[[2]string][]keptDecision{}, inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{},
@@ -209,8 +209,10 @@ func (t *Tx) loadBulk(ctx context.Context, transportCodes, tenants, intents, key
 	if b.now, err = t.Now(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := t.tx.Exec(ctx, q("booking_intent_lock_many"), tenants, intents); err != nil {
-		return nil, fmt.Errorf("attempt: lock %d intents: %w", len(tenants), err)
+	if lock {
+		if _, err := t.tx.Exec(ctx, q("booking_intent_lock_many"), tenants, intents); err != nil {
+			return nil, fmt.Errorf("attempt: lock %d intents: %w", len(tenants), err)
+		}
 	}
 	all, err := scanRows(t.tx.Query(ctx, q("booking_attempt_of_intents_or_keys"), tenants, intents, keyTenants, keys))
 	if err != nil {
