@@ -703,7 +703,19 @@ func (b *Bulk) Flush(ctx context.Context) error {
 // first, attempts, audit, anomalies, escalations, closes, kept decisions, outbox, claims.
 func (b *Bulk) flush(ctx context.Context) error {
 	defer b.reset()
-	tx := b.t.tx
+	for _, write := range []func(context.Context, pgx.Tx) error{
+		b.flushCheck, b.flushInserts, b.flushAttempts, b.flushAudits, b.flushRows, b.flushCloses, b.flushMessages, b.flushClaims,
+	} {
+		if err := write(ctx, b.t.tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushCheck writes the fenced check first: a lost lease (no row) is errNotWritten, and nothing
+// after it is written.
+func (b *Bulk) flushCheck(ctx context.Context, tx pgx.Tx) error {
 	if c := b.check; c != nil {
 		a := c.a
 		tag, err := tx.Exec(ctx, q("booking_attempt_record_check"), a.ID, c.fence, a.CheckCount, a.NextCheckAt,
@@ -715,6 +727,12 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return errNotWritten // the lease was lost: nothing after it
 		}
 	}
+	return nil
+}
+
+// flushInserts writes the new attempts: one by one, insert-first, in a one-step batch (a create
+// that lost its race is errNotWritten: the caller decides again), else with one COPY.
+func (b *Bulk) flushInserts(ctx context.Context, tx pgx.Tx) error {
 	if b.single && len(b.inserts) > 0 {
 		// Insert-first: created meanwhile under another intent's lock, it writes nothing and the
 		// caller decides again.
@@ -755,6 +773,12 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: bulk insert %d attempts: %w", n, err)
 		}
 	}
+	return nil
+}
+
+// flushAttempts writes the existing attempts the batch changed: their state, late-start fills,
+// gate marks and recorded references, one UPDATE FROM unnest each.
+func (b *Bulk) flushAttempts(ctx context.Context, tx pgx.Tx) error {
 	if n := len(b.updates); n > 0 {
 		var ids []uuid.UUID
 		var status, source, ref, code, timeoutClass []string
@@ -809,6 +833,11 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: bulk references %d attempts: %w", n, err)
 		}
 	}
+	return nil
+}
+
+// flushAudits writes the audit rows with one COPY.
+func (b *Bulk) flushAudits(ctx context.Context, tx pgx.Tx) error {
 	if n := len(b.audits); n > 0 {
 		rows := make([][]any, 0, n)
 		for _, a := range b.audits {
@@ -826,6 +855,11 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: bulk audit: %w", err)
 		}
 	}
+	return nil
+}
+
+// flushRows writes the anomalies and the escalations opened (COPY) and the decisions kept.
+func (b *Bulk) flushRows(ctx context.Context, tx pgx.Tx) error {
 	for _, c := range []struct {
 		table string
 		cols  []string
@@ -851,6 +885,11 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: keep %d decisions: %w", n, err)
 		}
 	}
+	return nil
+}
+
+// flushCloses closes escalations, marks deadlines judged and kept decisions applied or failed.
+func (b *Bulk) flushCloses(ctx context.Context, tx pgx.Tx) error {
 	if n := len(b.closes); n > 0 {
 		ids := make([]uuid.UUID, 0, n)
 		var closedBy, actor []string
@@ -877,6 +916,12 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return fmt.Errorf("attempt: mark decision %s: %w", d.eventID, err)
 		}
 	}
+	return nil
+}
+
+// flushMessages writes the outbox messages, then escalates the owners outside the batch of
+// references the batch found held.
+func (b *Bulk) flushMessages(ctx context.Context, tx pgx.Tx) error {
 	if err := outbox.InsertMany(ctx, tx, b.messages); err != nil {
 		return err
 	}
@@ -889,6 +934,12 @@ func (b *Bulk) flush(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// flushClaims claims the provider references in key order; a reference another transaction
+// claimed meanwhile is the database's answer, applied as ClaimReference does.
+func (b *Bulk) flushClaims(ctx context.Context, tx pgx.Tx) error {
 	if len(b.claims) == 0 {
 		return nil
 	}

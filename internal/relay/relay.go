@@ -275,21 +275,9 @@ type row struct {
 // database fails or every row of the round failed transiently (an outage: nothing is recorded on
 // the rows).
 func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
-	r.init()
-	if r.lease.due() {
-		_, held, err := r.lease.assert(ctx)
-		r.Metrics.Active.Set(b2f(held))
-		if err != nil && !held {
-			return 0, err
-		}
-		if !held {
-			r.clearPauses()
-			return 0, nil
-		}
-	}
-	token, _, err := r.lease.valid()
-	if err != nil {
-		return 0, nil
+	token, ok, err := r.hold(ctx)
+	if !ok {
+		return 0, err
 	}
 	rows, err := r.read(ctx, batch)
 	if err != nil || len(rows) == 0 {
@@ -299,13 +287,57 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 	for _, w := range rows {
 		w.rec.Headers = append(w.rec.Headers, th)
 	}
-	var published []int64
-	type failure struct {
-		row   *row
-		class outbox.ErrorClass
-		err   error
+	published, failed := r.produce(ctx, rows)
+	// The marks and failure records outlive a shutdown that ended ctx mid-round (otherwise the
+	// next relay republishes the whole round), bounded so a dead database cannot hang it.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer wcancel()
+	// Marks first: a crash after the produce republishes, so the sooner the better.
+	if token, ok, err = r.mark(wctx, published, token); !ok {
+		return 0, err
 	}
-	var failed []failure
+	if err := r.recordRound(ctx, wctx, token, len(published), failed); err != nil {
+		return len(published), err
+	}
+	if r.Published != nil {
+		r.Published(len(published))
+	}
+	return len(published), nil
+}
+
+// failure is a row the round did not publish, with its class and error.
+type failure struct {
+	row   *row
+	class outbox.ErrorClass
+	err   error
+}
+
+// hold re-asserts the lease when it is due and returns the token to publish under; ok false:
+// this relay does not hold the lease (err: the database failed asserting it), and the round
+// publishes nothing.
+func (r *Relay) hold(ctx context.Context) (token int64, ok bool, err error) {
+	r.init()
+	if r.lease.due() {
+		_, held, err := r.lease.assert(ctx)
+		r.Metrics.Active.Set(b2f(held))
+		if err != nil && !held {
+			return 0, false, err
+		}
+		if !held {
+			r.clearPauses()
+			return 0, false, nil
+		}
+	}
+	token, _, err = r.lease.valid()
+	return token, err == nil, nil
+}
+
+// produce publishes rows in waves — the first row of every key, then the second, … — checking
+// the lease before every produce, so a key's row is sent only once its previous row is
+// acknowledged and a row that fails stops its key for the round. It pauses the topics that
+// answered with a topic or authorization error and resumes those that took or refused a row
+// for its own sake, and returns the ids acknowledged and the rows that failed.
+func (r *Relay) produce(ctx context.Context, rows []*row) (published []int64, failed []failure) {
 	stopped := map[string]bool{}  // topic + "\x00" + key of a row that failed this round
 	pausing := map[string]error{} // topics that answered with a topic or authorization error
 	reached := map[string]bool{}  // topics that published or refused a row for its own sake
@@ -382,49 +414,61 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 			r.resumeTopic(topic)
 		}
 	}
-	// The marks and failure records outlive a shutdown that ended ctx mid-round (otherwise the
-	// next relay republishes the whole round), bounded so a dead database cannot hang it.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer wcancel()
-	// Marks first: a crash after the produce republishes, so the sooner the better.
+	return published, failed
+}
+
+// mark deletes the published rows, fenced by token, and returns the token the round holds
+// after it. ok false: the round stops there — the database failed (err), the lease was lost
+// (ErrLeaseLost), or another relay held it in between (nil: the rows are published again under
+// this relay's new lease) — with the rows left unmarked counted.
+func (r *Relay) mark(wctx context.Context, published []int64, token int64) (int64, bool, error) {
 	if r.testSignals.beforeMark != nil && len(published) > 0 {
 		r.testSignals.beforeMark()
 	}
-	if len(published) > 0 {
-		mark := func(token int64) (int64, error) {
-			tag, err := r.Pool.Exec(wctx, stmts.SQL("outbox_delete_published"), published, token)
-			return tag.RowsAffected(), err
-		}
-		n, err := mark(token)
-		if err == nil && n == 0 {
-			// The lease lapsed during the round (a produce blocked through a broker failover
-			// outlasts it). If re-acquiring it gives exactly the next token, nobody held it in
-			// between, so nobody published these rows again: mark them under the new token
-			// instead of republishing them.
-			next, held, _ := r.lease.assert(wctx)
-			switch {
-			case held && next == token+1:
-				token = next
-				n, err = mark(token)
-			case held:
-				// Someone held the lease in between and may have published these rows: they are
-				// published again under the lease this relay holds now (counted below).
-				r.Metrics.Unmarked.Add(float64(len(published)))
-				return 0, nil
-			}
-		}
+	if len(published) == 0 {
+		return token, true, nil
+	}
+	mark := func(token int64) (int64, error) {
+		tag, err := r.Pool.Exec(wctx, stmts.SQL("outbox_delete_published"), published, token)
+		return tag.RowsAffected(), err
+	}
+	n, err := mark(token)
+	if err == nil && n == 0 {
+		// The lease lapsed during the round (a produce blocked through a broker failover
+		// outlasts it). If re-acquiring it gives exactly the next token, nobody held it in
+		// between, so nobody published these rows again: mark them under the new token
+		// instead of republishing them.
+		next, held, _ := r.lease.assert(wctx)
 		switch {
-		case err != nil:
+		case held && next == token+1:
+			token = next
+			n, err = mark(token)
+		case held:
+			// Someone held the lease in between and may have published these rows: they are
+			// published again under the lease this relay holds now (counted below).
 			r.Metrics.Unmarked.Add(float64(len(published)))
-			return 0, fmt.Errorf("outbox: mark published: %w", err)
-		case n == 0:
-			r.Metrics.Unmarked.Add(float64(len(published)))
-			r.lease.lost()
-			r.clearPauses()
-			r.Metrics.Active.Set(0)
-			return 0, ErrLeaseLost
+			return token, false, nil
 		}
 	}
+	switch {
+	case err != nil:
+		r.Metrics.Unmarked.Add(float64(len(published)))
+		return token, false, fmt.Errorf("outbox: mark published: %w", err)
+	case n == 0:
+		r.Metrics.Unmarked.Add(float64(len(published)))
+		r.lease.lost()
+		r.clearPauses()
+		r.Metrics.Active.Set(0)
+		return token, false, ErrLeaseLost
+	}
+	return token, true, nil
+}
+
+// recordRound counts and logs the round's failures and records them on their rows (set aside,
+// or a retry with backoff), fenced by token; a topic's pause and a shutdown's failures record
+// nothing. Every row of the round failing transiently is an outage of the broker, returned as
+// such, with nothing recorded.
+func (r *Relay) recordRound(ctx, wctx context.Context, token int64, published int, failed []failure) error {
 	transient := 0
 	var ids []int64
 	var classes, errs []string
@@ -452,19 +496,14 @@ func (r *Relay) RunOnce(ctx context.Context, batch int) (int, error) {
 		errs = append(errs, errorText(f.err))
 		waits = append(waits, r.retryWait(f.row.failures+1))
 	}
-	if transient > 0 && len(published) == 0 && transient == len(failed) && ctx.Err() == nil {
+	if transient > 0 && published == 0 && transient == len(failed) && ctx.Err() == nil {
 		// Every row of the round failed transiently: an outage of the broker, not of the rows.
-		return 0, fmt.Errorf("outbox: produce: %w", failed[0].err)
+		return fmt.Errorf("outbox: produce: %w", failed[0].err)
 	}
 	if len(ids) > 0 {
-		if err := r.recordFailures(wctx, token, ids, classes, errs, aside, waits); err != nil {
-			return len(published), err
-		}
+		return r.recordFailures(wctx, token, ids, classes, errs, aside, waits)
 	}
-	if r.Published != nil {
-		r.Published(len(published))
-	}
-	return len(published), nil
+	return nil
 }
 
 func b2f(b bool) float64 {
