@@ -539,7 +539,7 @@ func (b *Bulk) applyKeptIsolated(ctx context.Context, a *Row) error {
 		for i, r := range group {
 			rows[i] = *r
 		}
-		changed, effects, tx := maps.Clone(b.changed), b.t.Effects.clone(), b.t.tx
+		changed, owners, effects, tx := maps.Clone(b.changed), maps.Clone(b.owners), b.t.Effects.clone(), b.t.tx
 		wait := false
 		err := postgres.Savepoint(ctx, tx, func(sp pgx.Tx) error {
 			b.t.tx = sp
@@ -559,7 +559,9 @@ func (b *Bulk) applyKeptIsolated(ctx context.Context, a *Row) error {
 		for i, r := range group {
 			*r = rows[i]
 		}
-		b.changed, b.t.Effects = changed, effects
+		// Rolled back: the claims it made in memory too, or a later decision's claim of the same
+		// reference would be taken as already held and never written.
+		b.changed, b.owners, b.t.Effects = changed, owners, effects
 		class := FailureClass(err)
 		if class == "" || ctx.Err() != nil {
 			return err

@@ -187,3 +187,57 @@ func TestKeptDecisionFailureCounted(t *testing.T) {
 		t.Errorf("batches rerun = %v, want 1", n)
 	}
 }
+
+// TestRefusedKeptDecisionLeavesNoClaim: two kept decisions CONFIRM one attempt with the same
+// provider reference, and the database refuses the first. Its claim is rolled back with it, so
+// the second, applied, writes the provider_reference_claim (before, the refused decision's claim
+// stayed in memory, the second took the reference as already its own, and no claim row was
+// written: a later attempt confirming with that reference would not be escalated as a
+// duplicate).
+func TestRefusedKeptDecisionLeavesNoClaim(t *testing.T) {
+	t.Parallel()
+	h := pipelinetest.New(t, 1)
+	ctx := context.Background()
+	startIngester(t, h.IngestConfig(), ingest.Deps{Logger: discardLogger(), Registry: telemetry.NewRegistry()})
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	head := `{"specVersion":1,"occurredAt":"` + at + `","tenantId":"t_1","bookingIntentId":"bi_1","idempotencyKey":"book:bi_1:v1",`
+	send := func(topic string, v string, processed int) {
+		t.Helper()
+		if err := h.Producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("bi_1"), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		h.WaitFor(fmt.Sprintf("%d processed events", processed), 60*time.Second, func() bool {
+			return h.Scalar(`SELECT count(*) FROM processed_event`) == processed
+		})
+	}
+	send(h.Topics.Attempts, head+`"eventId":"e1","eventType":"attempt.started","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
+		`"request":{"offerVersion":"o:1","travellerRef":"tr_1","stay":{"propertyId":"h_1","checkIn":"2027-02-03","checkOut":"2027-02-06"},`+
+		`"amount":{"value":"1.00","currency":"EUR"}},"recovery":{"clientReference":"cr_1"}}`, 1)
+	for i, id := range []string{"d1", "d2"} {
+		send(h.Topics.Decisions, head+`"eventId":"`+id+`","eventType":"decision.recorded","decision":"CONFIRMED","providerReference":"HTL-R",`+
+			`"actor":"ops.1","reason":"provider confirms"}`, 2+i)
+	}
+	for _, q := range []string{
+		`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'poisoned decision' USING ERRCODE = '23514'; END $$`,
+		`CREATE TRIGGER poison BEFORE INSERT ON attempt_transition FOR EACH ROW WHEN (NEW.event_id = 'd1') EXECUTE FUNCTION poison()`,
+	} {
+		if _, err := h.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(h.Topics.Attempts, head+`"eventId":"e2","eventType":"attempt.outcome_unknown","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
+		`"outcome":{"timeoutClass":"read_timeout","requestSent":true}}`, 4)
+	if n := h.Scalar(`SELECT count(*) FROM pending_decision WHERE event_id = 'd1' AND failed_at IS NOT NULL`); n != 1 {
+		t.Errorf("d1 marked failed = %d, want 1", n)
+	}
+	if n := h.Scalar(`SELECT count(*) FROM pending_decision WHERE event_id = 'd2' AND applied_at IS NOT NULL`); n != 1 {
+		t.Errorf("d2 applied = %d, want 1", n)
+	}
+	if n := h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status = 'CONFIRMED' AND provider_reference = 'HTL-R'`); n != 1 {
+		t.Errorf("attempts CONFIRMED with HTL-R = %d, want 1", n)
+	}
+	if n := h.Scalar(`SELECT count(*) FROM provider_reference_claim WHERE reference = 'HTL-R'`); n != 1 {
+		t.Errorf("claims of HTL-R = %d, want 1 (the applied decision's)", n)
+	}
+}

@@ -10,6 +10,11 @@
 -- 3. headers is bytea in internal/outbox's compact encoding (headers.go), which leaves out what
 --    the row says already (ce_id is the event_id, ce_partitionkey the record key) and writes
 --    the known keys and constant values as one-byte codes.
+--
+-- Run it with every service stopped (docs/deploy.md "Upgrading across 00008"): it locks outbox
+-- for its whole run, and a service of the release before it cannot write or publish after it.
+-- lock_timeout makes it fail at once, changing nothing, when a running service holds the table.
+SET LOCAL lock_timeout = '10s';
 DROP INDEX outbox_fact;
 CREATE TABLE outbox_fact (
     topic    text NOT NULL,
