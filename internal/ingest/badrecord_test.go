@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
@@ -129,6 +130,50 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 	}
 }
 
+// decisionFixture runs an ingester on a fresh pipeline whose intent bi_1 (tenant t_1) is
+// started and IN_PROGRESS, and returns its harness, the ingester's registry, and send, which
+// publishes a record of bi_1 (the fields every record of it shares, then v) and waits until
+// processed_event holds processed rows.
+func decisionFixture(t *testing.T) (h *pipelinetest.Harness, reg *prometheus.Registry, send func(topic, v string, processed int)) {
+	t.Helper()
+	h = pipelinetest.New(t, 1)
+	reg = telemetry.NewRegistry()
+	startIngester(t, h.IngestConfig(), ingest.Deps{Logger: discardLogger(), Registry: reg})
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	head := `{"specVersion":1,"occurredAt":"` + at + `","tenantId":"t_1","bookingIntentId":"bi_1","idempotencyKey":"book:bi_1:v1",`
+	send = func(topic string, v string, processed int) {
+		t.Helper()
+		if err := h.Producer.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Key: []byte("bi_1"), Value: []byte(head + v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		h.WaitFor(fmt.Sprintf("%d processed events", processed), 60*time.Second, func() bool {
+			return h.Scalar(`SELECT count(*) FROM processed_event`) == processed
+		})
+	}
+	send(h.Topics.Attempts, `"eventId":"e1","eventType":"attempt.started","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
+		`"request":{"offerVersion":"o:1","travellerRef":"tr_1","stay":{"propertyId":"h_1","checkIn":"2027-02-03","checkOut":"2027-02-06"},`+
+		`"amount":{"value":"1.00","currency":"EUR"}},"recovery":{"clientReference":"cr_1"}}`, 1)
+	return h, reg, send
+}
+
+// poisonAudit makes PostgreSQL refuse (23514) the audit row of the event eventID.
+func poisonAudit(t *testing.T, h *pipelinetest.Harness, eventID string) {
+	t.Helper()
+	for _, q := range []string{
+		`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'poisoned decision' USING ERRCODE = '23514'; END $$`,
+		`CREATE TRIGGER poison BEFORE INSERT ON attempt_transition FOR EACH ROW WHEN (NEW.event_id = '` + eventID + `') EXECUTE FUNCTION poison()`,
+	} {
+		if _, err := h.Pool.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// unknownAfterRead is bi_1's attempt.outcome_unknown (a read timeout after the request was sent).
+const unknownAfterRead = `"eventId":"e2","eventType":"attempt.outcome_unknown","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",` +
+	`"outcome":{"timeoutClass":"read_timeout","requestSent":true}}`
+
 // TestKeptDecisionFailureCounted: a manual decision kept for an IN_PROGRESS attempt fails to apply
 // (its audit row refused, 23514) in the ingester's transaction that turns the attempt UNKNOWN:
 // the attempt's own transition commits, the decision is marked failed, counted in
@@ -136,39 +181,13 @@ func TestEveryRecordKindMovesOn(t *testing.T) {
 // record by record once (bookrecon_ingest_batches_rerun_total).
 func TestKeptDecisionFailureCounted(t *testing.T) {
 	t.Parallel()
-	h := pipelinetest.New(t, 1)
-	ctx := context.Background()
-	reg := telemetry.NewRegistry()
-	startIngester(t, h.IngestConfig(), ingest.Deps{Logger: discardLogger(), Registry: reg})
-	at := time.Now().UTC().Format(time.RFC3339Nano)
-	head := `{"specVersion":1,"occurredAt":"` + at + `","tenantId":"t_1","bookingIntentId":"bi_1","idempotencyKey":"book:bi_1:v1",`
-	send := func(topic string, v string, processed int) {
-		t.Helper()
-		if err := h.Producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("bi_1"), Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		h.WaitFor(fmt.Sprintf("%d processed events", processed), 60*time.Second, func() bool {
-			return h.Scalar(`SELECT count(*) FROM processed_event`) == processed
-		})
-	}
-	send(h.Topics.Attempts, head+`"eventId":"e1","eventType":"attempt.started","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
-		`"request":{"offerVersion":"o:1","travellerRef":"tr_1","stay":{"propertyId":"h_1","checkIn":"2027-02-03","checkOut":"2027-02-06"},`+
-		`"amount":{"value":"1.00","currency":"EUR"}},"recovery":{"clientReference":"cr_1"}}`, 1)
-	send(h.Topics.Decisions, head+`"eventId":"d1","eventType":"decision.recorded","decision":"FAILED","actor":"ops.1","reason":"provider says no"}`, 2)
+	h, reg, send := decisionFixture(t)
+	send(h.Topics.Decisions, `"eventId":"d1","eventType":"decision.recorded","decision":"FAILED","actor":"ops.1","reason":"provider says no"}`, 2)
 	if n := h.Scalar(`SELECT count(*) FROM pending_decision WHERE applied_at IS NULL AND failed_at IS NULL`); n != 1 {
 		t.Fatalf("kept decisions = %d, want 1", n)
 	}
-	for _, q := range []string{
-		`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN RAISE EXCEPTION 'poisoned decision' USING ERRCODE = '23514'; END $$`,
-		`CREATE TRIGGER poison BEFORE INSERT ON attempt_transition FOR EACH ROW WHEN (NEW.event_id = 'd1') EXECUTE FUNCTION poison()`,
-	} {
-		if _, err := h.Pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(h.Topics.Attempts, head+`"eventId":"e2","eventType":"attempt.outcome_unknown","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
-		`"outcome":{"timeoutClass":"read_timeout","requestSent":true}}`, 3)
+	poisonAudit(t, h, "d1")
+	send(h.Topics.Attempts, unknownAfterRead, 3)
 	if n := h.Scalar(`SELECT count(*) FROM booking_attempt WHERE status = 'UNKNOWN'`); n != 1 {
 		t.Errorf("UNKNOWN attempts = %d, want 1 (the attempt's own transition commits)", n)
 	}
@@ -196,38 +215,13 @@ func TestKeptDecisionFailureCounted(t *testing.T) {
 // duplicate).
 func TestRefusedKeptDecisionLeavesNoClaim(t *testing.T) {
 	t.Parallel()
-	h := pipelinetest.New(t, 1)
-	ctx := context.Background()
-	startIngester(t, h.IngestConfig(), ingest.Deps{Logger: discardLogger(), Registry: telemetry.NewRegistry()})
-	at := time.Now().UTC().Format(time.RFC3339Nano)
-	head := `{"specVersion":1,"occurredAt":"` + at + `","tenantId":"t_1","bookingIntentId":"bi_1","idempotencyKey":"book:bi_1:v1",`
-	send := func(topic string, v string, processed int) {
-		t.Helper()
-		if err := h.Producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("bi_1"), Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		h.WaitFor(fmt.Sprintf("%d processed events", processed), 60*time.Second, func() bool {
-			return h.Scalar(`SELECT count(*) FROM processed_event`) == processed
-		})
-	}
-	send(h.Topics.Attempts, head+`"eventId":"e1","eventType":"attempt.started","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
-		`"request":{"offerVersion":"o:1","travellerRef":"tr_1","stay":{"propertyId":"h_1","checkIn":"2027-02-03","checkOut":"2027-02-06"},`+
-		`"amount":{"value":"1.00","currency":"EUR"}},"recovery":{"clientReference":"cr_1"}}`, 1)
+	h, _, send := decisionFixture(t)
 	for i, id := range []string{"d1", "d2"} {
-		send(h.Topics.Decisions, head+`"eventId":"`+id+`","eventType":"decision.recorded","decision":"CONFIRMED","providerReference":"HTL-R",`+
+		send(h.Topics.Decisions, `"eventId":"`+id+`","eventType":"decision.recorded","decision":"CONFIRMED","providerReference":"HTL-R",`+
 			`"actor":"ops.1","reason":"provider confirms"}`, 2+i)
 	}
-	for _, q := range []string{
-		`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN RAISE EXCEPTION 'poisoned decision' USING ERRCODE = '23514'; END $$`,
-		`CREATE TRIGGER poison BEFORE INSERT ON attempt_transition FOR EACH ROW WHEN (NEW.event_id = 'd1') EXECUTE FUNCTION poison()`,
-	} {
-		if _, err := h.Pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(h.Topics.Attempts, head+`"eventId":"e2","eventType":"attempt.outcome_unknown","operation":"BOOK","operationVersion":1,"provider":"sim-hotels",`+
-		`"outcome":{"timeoutClass":"read_timeout","requestSent":true}}`, 4)
+	poisonAudit(t, h, "d1")
+	send(h.Topics.Attempts, unknownAfterRead, 4)
 	if n := h.Scalar(`SELECT count(*) FROM pending_decision WHERE event_id = 'd1' AND failed_at IS NOT NULL`); n != 1 {
 		t.Errorf("d1 marked failed = %d, want 1", n)
 	}

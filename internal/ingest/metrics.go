@@ -76,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Paused: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_pauses_total",
 			Help: "Batches retried because PostgreSQL or Kafka was unavailable."}),
 		BatchesRerun: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_batches_rerun_total",
-			Help: "Batches the set-based write could not write (a record the database refused, or an attempt or claim another transaction wrote meanwhile), rerun record by record."}),
+			Help: "Batches the set-based write could not write (a record the database refused, or an attempt another transaction created meanwhile), rerun record by record."}),
 		ItemFailures: attempt.NewItemFailures(attempt.StageDecision),
 	}
 	reg.MustRegister(m.Consumed, m.DuplicateDeliveries, m.IdempotentRepeats, m.KeyConflicts, m.BlindRetries, m.Contradictions,
