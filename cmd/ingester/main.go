@@ -18,10 +18,11 @@ import (
 
 type cli struct {
 	service.SharedFlags
-	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 5)."`
+	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 4 + lanes)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int           `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
-	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per batch (one database transaction each)."`
+	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per poll, split into the lanes' transactions."`
+	Lanes         int           `env:"BOOKRECON_INGEST_LANES" default:"2" help:"Transactions a poll is split into (by partition) and applied at once."`
 	BatchTimeout  time.Duration `env:"BOOKRECON_BATCH_TIMEOUT" default:"60s" help:"Bound on one try of a batch's database work; past it the batch pauses and is retried."`
 	Group         string        `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`
 	topics.Flags
@@ -32,6 +33,7 @@ func (c cli) config() ingest.Config {
 	return ingest.Config{
 		Infra: c.Infra(c.DBConns, c.AdminAddr),
 		Group: c.Group, Topics: c.Flags.Names(), RetentionDays: c.RetentionDays, MaxPollRecords: c.MaxPoll, BatchTimeout: c.BatchTimeout,
+		Lanes: c.Lanes,
 	}
 }
 
@@ -42,6 +44,7 @@ func (c cli) Validate() error {
 	f.Check(c.config().PoolConfig().Validate())
 	f.AtLeast("retention-days", "BOOKRECON_RETENTION_DAYS", c.RetentionDays, 3)
 	f.AtLeast("max-poll", "BOOKRECON_MAX_POLL_RECORDS", c.MaxPoll, 1)
+	f.AtLeast("lanes", "BOOKRECON_INGEST_LANES", c.Lanes, 1)
 	if c.BatchTimeout < time.Second {
 		f.Check(fmt.Errorf("--batch-timeout (BOOKRECON_BATCH_TIMEOUT) must be at least 1s, got %s", c.BatchTimeout))
 	}

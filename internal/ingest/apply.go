@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
@@ -41,11 +40,8 @@ type batchResult struct {
 	decisions  map[[2]string]int
 }
 
-func (in *Ingester) applyBatch(ctx context.Context, recs []*kgo.Record) error {
-	return in.applyItems(ctx, in.decodeAll(recs))
-}
-
-// applyItems is applyBatch after decoding.
+// applyItems applies a decoded batch (a lane of a poll: applyLanes) in one transaction: the
+// set-based path, and on a record the database refuses the savepoint path.
 func (in *Ingester) applyItems(ctx context.Context, items []item) error {
 	days := map[time.Time]bool{}
 	for i := range items {
@@ -123,7 +119,7 @@ var errRetryPerEvent = errors.New("ingest: retry the batch record by record")
 // applyFast applies a batch with set-based statements: insert-first dedup of all records at
 // once, then every attempt event and manual decision through attempt.Bulk in batch order
 // (applied in memory, flushed set-based), without savepoints. Any record-level failure aborts
-// the transaction; applyBatch then reruns the batch record by record.
+// the transaction; applyItems then reruns the batch record by record.
 func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res *batchResult) error {
 	var attIdx, decIdx []int
 	var attEv, decEv []processedevent.Event

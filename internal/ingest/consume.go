@@ -46,34 +46,28 @@ func (in *Ingester) consume(ctx context.Context) error {
 // counter, /readyz) within seconds, and the retry continues under handle's backoff.
 const commitTimeout = 5 * time.Second
 
-// handle applies a batch and commits its offsets, retrying with backoff while PostgreSQL or
-// Kafka is unavailable; each try of the database work is bounded by Config.BatchTimeout, so a
-// hung database pauses the batch too. Once the database work has committed only the offset
+// handle applies a batch — in lanes, each its own transaction (applyLanes) — and commits its
+// offsets, retrying with backoff while PostgreSQL or Kafka is unavailable; each try of the
+// database work is bounded by Config.BatchTimeout, so a hung database pauses the batch too.
+// Once the database work has committed only the offset
 // commit is retried, so the batch's transaction is not run again (a batch rerun after an
 // ambiguous COMMIT failure is deduplicated record by record). It returns nil once the offsets are committed or the group
 // has moved on (groupMovedOn), and ctx's error when ctx ends first.
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
-	b := pauseBackoff()
 	// Control records (transaction markers) are no facts: committed, never applied.
 	data := recs
 	if slices.ContainsFunc(recs, isControl) {
 		data = slices.DeleteFunc(slices.Clone(recs), isControl)
 	}
-	for len(data) > 0 {
-		bctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
-		err := in.applyBatch(bctx, data)
-		cancel()
-		if err == nil {
-			break
-		}
-		if err := in.pause(ctx, b, len(recs), err); err != nil {
+	if len(data) > 0 {
+		if err := in.applyLanes(ctx, data, len(recs)); err != nil {
 			return err
 		}
 	}
 	if f := in.signals.AfterDBCommit; f != nil {
 		f()
 	}
-	b.Reset()
+	b := pauseBackoff()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 		err := in.client.CommitRecords(cctx, recs...)

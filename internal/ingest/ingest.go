@@ -1,13 +1,15 @@
 // Package ingest is the ingester: a franz-go consumer group on booking.attempts.v1 and
-// booking.manual-decisions.v1 with auto-commit off. Per poll it runs one PostgreSQL transaction
-// for the batch — insert-first dedup rows, state transitions, audit, anomaly, escalation and
-// outbox rows — and commits the offsets only after the database commit (docs/design.md#shape,
-// docs/design.md#storage-rules). Each record runs under a savepoint, so one record that fails for a
-// reason of its own is dead-lettered without poisoning its batch; an outage of PostgreSQL or Kafka
-// pauses the batch and retries it, never dead-letters it.
+// booking.manual-decisions.v1 with auto-commit off. It splits each poll into lanes of whole
+// partition numbers (lanes.go) and runs one PostgreSQL transaction per lane, the lanes at once —
+// insert-first dedup rows, state transitions, audit, anomaly, escalation and outbox rows — and
+// commits the poll's offsets only after every lane's database commit (docs/design.md#shape,
+// docs/design.md#storage-rules). A record the database refuses is isolated under a savepoint,
+// so one record that fails for a reason of its own is dead-lettered without poisoning its
+// batch; an outage of PostgreSQL or Kafka pauses the batch and retries it, never dead-letters it.
 //
 // The data path, file by file: consume.go polls a batch, pauses it while PostgreSQL or Kafka is
-// away and commits its offsets after the database commit; decode.go decodes and validates it on
+// away and commits its offsets after the database commit; lanes.go splits it into lanes applied
+// at once; decode.go decodes and validates it on
 // every core; apply.go writes it — the set-based path, and the savepoint path that isolates a
 // record the database refuses (every call into internal/attempt is there); deadletter.go writes
 // dead letters through the outbox; retention.go keeps processed_event's partitions (a
@@ -45,7 +47,7 @@ import (
 type Topics = topics.Names
 
 // Config configures the ingester. Zero values take the documented defaults. Of Infra,
-// Brokers, DatabaseURL are required; MaxDBConns defaults to 8 (below Needs().Min() Run refuses
+// Brokers, DatabaseURL are required; MaxDBConns defaults to 8 (below Needs(Lanes).Min() Run refuses
 // to start) and AdminAddr to 127.0.0.1:9101 ("-" disables it).
 type Config struct {
 	service.Infra
@@ -69,6 +71,12 @@ type Config struct {
 	// connection — a gray failure — then pauses the ingester (metric, /readyz, log) and the batch
 	// is retried, instead of hanging it while it still looks ready.
 	BatchTimeout time.Duration
+	// Lanes is how many transactions a poll is split into and applied at once, each on its own
+	// connection (default 2; 1 applies a poll in one transaction). A lane takes whole partition
+	// numbers, so it writes what a second ingester instance owning them would (splitLanes); the
+	// poll's offsets are committed once every lane has committed. Two lanes put the batch's
+	// database work on two PostgreSQL backends at once (docs/performance.md).
+	Lanes int
 	// PerEventOnly disables the set-based fast path: every record is applied on its own under
 	// a savepoint (a switch if the fast path misbehaves).
 	PerEventOnly bool
@@ -86,6 +94,7 @@ func (c Config) withDefaults() Config {
 	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9101")
 	c.MaxDBConns = cmp.Or(c.MaxDBConns, 8)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, time.Minute)
+	c.Lanes = cmp.Or(c.Lanes, 2)
 	return c
 }
 
@@ -103,6 +112,9 @@ func (c Config) validate() error {
 	if c.BatchTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("ingest: BatchTimeout %s < 1s", c.BatchTimeout))
 	}
+	if c.Lanes < 1 {
+		errs = append(errs, fmt.Errorf("ingest: Lanes %d < 1", c.Lanes))
+	}
 	if c.RetentionDays < 3 {
 		errs = append(errs, fmt.Errorf("ingest: RetentionDays %d < 3", c.RetentionDays))
 	}
@@ -112,10 +124,10 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Needs are the parts of the ingester that hold a database connection at the same time; the
-// smallest pool it runs on is their sum.
-func Needs() service.Needs {
-	return service.Needs{{What: "batch transaction", Conns: 1}, service.RelayNeed, {What: "partition maintenance", Conns: 1},
+// Needs are the parts of an ingester with lanes lanes (Config.Lanes) that hold a database
+// connection at the same time; the smallest pool it runs on is their sum.
+func Needs(lanes int) service.Needs {
+	return service.Needs{{What: "batch transactions (one per lane)", Conns: int32(lanes)}, service.RelayNeed, {What: "partition maintenance", Conns: 1},
 		{What: "lag collector (on scrape)", Conns: 1}, service.ReadinessNeed}
 }
 
@@ -123,7 +135,7 @@ func Needs() service.Needs {
 // ingester's relay shares its consumer's client (docs/decisions.md, "Where relays run"), so Run
 // starts it in Body.Start.
 func (c Config) spec() service.Spec {
-	return service.Spec{Name: "ingester", Infra: c.Infra, Needs: Needs(), Migrate: true}
+	return service.Spec{Name: "ingester", Infra: c.Infra, Needs: Needs(c.Lanes), Migrate: true}
 }
 
 // clientOpts are the consumer's options beyond kafka.Options: a consumer group on the two input

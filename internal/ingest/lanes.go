@@ -1,0 +1,172 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A lane is a part of a poll applied in a transaction of its own, on its own connection, at the
+// same time as the poll's other lanes (Config.Lanes; docs/design.md#storage-rules).
+//
+// splitLanes divides a decoded poll into at most n lanes so that two lanes never write the same
+// row: records that share an intent, an idempotency key, an event id, a subject (the booking or
+// payment an operation acts on) or a provider reference — the identities the write path locks,
+// claims or deduplicates on — are in one lane, in poll order. Each lane then writes exactly
+// what the single transaction of the whole poll would have written for its records, whichever
+// lane commits first; only the ids drawn from sequences interleave. Records that did not decode
+// share one lane. Groups go, largest first, to the lane with the fewest records (ties: the
+// earlier group, the lower lane). It returns the non-empty lanes in lane order, each with the
+// indexes of its items in items; one lane holding every item when n ≤ 1.
+func splitLanes(items []item, n int) [][]int {
+	if n <= 1 || len(items) < 2 {
+		return [][]int{indexes(len(items))}
+	}
+	parent := indexes(len(items))
+	find := func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	first := make(map[identity]int, 4*len(items))
+	for i := range items {
+		for _, id := range items[i].identities() {
+			if j, ok := first[id]; ok {
+				a, b := find(i), find(j)
+				parent[max(a, b)] = min(a, b) // a group's root is its first item
+			} else {
+				first[id] = i
+			}
+		}
+	}
+	size := map[int]int{}
+	for i := range items {
+		size[find(i)]++
+	}
+	roots := make([]int, 0, len(size))
+	for r := range size {
+		roots = append(roots, r)
+	}
+	slices.SortFunc(roots, func(a, b int) int { return cmp.Or(cmp.Compare(size[b], size[a]), cmp.Compare(a, b)) })
+	n = min(n, len(roots))
+	load := make([]int, n)
+	lane := make(map[int]int, len(roots))
+	for _, r := range roots {
+		l := 0
+		for i := 1; i < n; i++ {
+			if load[i] < load[l] {
+				l = i
+			}
+		}
+		lane[r], load[l] = l, load[l]+size[r]
+	}
+	out := make([][]int, n)
+	for i := range out {
+		out[i] = make([]int, 0, load[i])
+	}
+	for i := range items {
+		l := lane[find(i)]
+		out[l] = append(out[l], i)
+	}
+	return out
+}
+
+// identity is one thing the write path keys rows on: a kind and up to two strings.
+type identity struct {
+	kind byte
+	a, b string
+}
+
+// identities are what the item's record touches (splitLanes): for an attempt event its
+// tenant's intent, idempotency key and event id, its subject, the references of its recovery
+// identities (provider, payment, client, provider idempotency key) and of its outcome; for a decision its intent, key, event id and reference; one
+// shared identity for every record that did not decode.
+func (it *item) identities() []identity {
+	switch {
+	case it.attempt != nil:
+		a := it.attempt
+		ids := []identity{{'i', a.TenantID, a.BookingIntentID}, {'k', a.TenantID, a.IdempotencyKey},
+			{'e', a.TenantID, a.EventID}, {'r', a.KeySubject, ""}}
+		r := a.Recovery
+		ids = appendRefs(ids, r.ProviderReference, r.PaymentReference, r.ClientReference, r.ProviderIdempotencyKey)
+		if o := a.Outcome; o != nil {
+			ids = appendRefs(ids, o.ProviderReference)
+		}
+		return ids
+	case it.decision != nil:
+		d := it.decision
+		ids := []identity{{'i', d.TenantID, d.BookingIntentID}, {'k', d.TenantID, d.IdempotencyKey}, {'e', d.TenantID, d.EventID}}
+		return appendRefs(ids, d.ProviderReference)
+	}
+	return []identity{{kind: 'x'}}
+}
+
+// appendRefs adds a reference identity for each non-empty ref. References are compared
+// without their tenant or provider, and a subject is one too: grouping more than needed only
+// makes a lane larger.
+func appendRefs(ids []identity, refs ...string) []identity {
+	for _, r := range refs {
+		if r != "" {
+			ids = append(ids, identity{'r', r, ""})
+		}
+	}
+	return ids
+}
+
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// applyLanes decodes data once, applies its lanes (splitLanes, Config.Lanes) at once, each
+// retried on its own with backoff while its transaction fails (pause: metric, /readyz, log;
+// records is the poll's size, for the log). It returns nil once every lane has committed, and
+// ctx's error when ctx ends first (the lanes that committed stand; the poll's offsets are not
+// committed, so its replay is deduplicated by processed_event).
+func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, records int) error {
+	items := in.decodeAll(data)
+	lanes := splitLanes(items, in.cfg.Lanes)
+	if len(lanes) == 1 {
+		return in.applyRetrying(ctx, items, data, records)
+	}
+	errs := make([]error, len(lanes))
+	var wg sync.WaitGroup
+	for l, idx := range lanes {
+		its, recs := make([]item, len(idx)), make([]*kgo.Record, len(idx))
+		for j, i := range idx {
+			its[j], recs[j] = items[i], data[i]
+		}
+		wg.Go(func() { errs[l] = in.applyRetrying(ctx, its, recs, records) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// applyRetrying applies one lane — items, decoded from recs — until its transaction commits;
+// a retry decodes recs again (the retention bound may have moved meanwhile). Each try is
+// bounded by Config.BatchTimeout, so a hung database pauses the lane too. It returns ctx's
+// error when ctx ends first.
+func (in *Ingester) applyRetrying(ctx context.Context, items []item, recs []*kgo.Record, records int) error {
+	b := pauseBackoff()
+	for {
+		bctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
+		err := in.applyItems(bctx, items)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if err := in.pause(ctx, b, records, err); err != nil {
+			return err
+		}
+		items = in.decodeAll(recs)
+	}
+}
