@@ -56,7 +56,7 @@ func explainRound(t *testing.T, pool *pgxpool.Pool, mode string) explainNode {
 			return err
 		}
 		br := tx.SendBatch(ctx, roundRead("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+stmts.SQL("outbox_select_round"), 500, []string{}))
-		defer br.Close()
+		defer func() { _ = br.Close() }()
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

@@ -526,7 +526,7 @@ func roundRead(query string, batch int, paused []string) *pgx.Batch {
 // read returns the round's rows (see RunOnce), read by the ordered scan outbox_round_plan pins.
 func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 	br := r.Pool.SendBatch(ctx, roundRead(stmts.SQL("outbox_select_round"), batch, r.pausedTopics()))
-	defer br.Close()
+	defer func() { _ = br.Close() }() // the error paths; the read checks Close itself
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("outbox: read: %w", err)
 	}
