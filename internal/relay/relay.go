@@ -513,9 +513,24 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// read returns the round's rows (see RunOnce).
+// roundRead is the round's read as one pipelined batch (one round trip, one transaction):
+// outbox_round_plan, then query (outbox_select_round, or the EXPLAIN of it in this package's
+// tests) with batch and the paused topics.
+func roundRead(query string, batch int, paused []string) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(stmts.SQL("outbox_round_plan"))
+	b.Queue(query, batch, paused)
+	return b
+}
+
+// read returns the round's rows (see RunOnce), read by the ordered scan outbox_round_plan pins.
 func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
-	rows, err := r.Pool.Query(ctx, stmts.SQL("outbox_select_round"), batch, r.pausedTopics())
+	br := r.Pool.SendBatch(ctx, roundRead(stmts.SQL("outbox_select_round"), batch, r.pausedTopics()))
+	defer func() { _ = br.Close() }() // the error paths; the read checks Close itself
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("outbox: read: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read: %w", err)
 	}
@@ -537,6 +552,9 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 		return &w, nil
 	})
 	if err != nil {
+		return nil, fmt.Errorf("outbox: read: %w", err)
+	}
+	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("outbox: read: %w", err)
 	}
 	return out, nil

@@ -4,6 +4,17 @@
 -- Every write is fenced: it holds only while the relay's token is the outbox_lease row's,
 -- unexpired (outbox_lease.sql).
 
+-- name: outbox_round_plan
+-- Run just before outbox_select_round, in the same transaction (one pipelined batch): it pins
+-- the round's plan to the ordered scan of outbox_pending that stops after $1 rows. Left to the
+-- planner, a custom plan on the small or missing statistics of a table that is nearly empty
+-- between rounds is a bitmap heap scan of every outbox_pending entry and a sort: it visits every
+-- heap page of every row deleted since the table's last vacuum (LP_DEAD hints are set by ordered
+-- index scans only), and its cost grows with the rows published until autovacuum comes
+-- (docs/performance.md, "The relay's round read, sometimes runaway"). The settings are local
+-- to the transaction, so the read keeps no session state.
+SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true);
+
 -- name: outbox_select_round
 -- $1 batch, $2 paused topics. Rows in id order that are pending (not discarded), not set aside,
 -- not waiting to retry, not of a paused topic and not behind such a row of their (topic, record
