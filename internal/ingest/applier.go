@@ -23,7 +23,7 @@ type Applier struct{ in *Ingester }
 type Batch struct{ items []item }
 
 // NewApplier returns an Applier on pool. Of cfg it reads Providers (required), Group, Topics,
-// TransportTimeoutCodes, FirstCheck and PerEventOnly. Metrics are registered on deps.Registry (a
+// TransportTimeoutCodes, FirstCheck, PerEventOnly and Lanes (ApplyLanes). Metrics are registered on deps.Registry (a
 // fresh registry when nil; registering twice on one registry panics).
 func NewApplier(cfg Config, pool *pgxpool.Pool, deps Deps) (*Applier, error) {
 	cfg = cfg.withDefaults()
@@ -47,3 +47,16 @@ func (a *Applier) Decode(recs []*kgo.Record) Batch { return Batch{items: a.in.de
 // deduplicated by eventId, so a transaction that did commit (an ambiguous COMMIT failure) is not
 // applied twice.
 func (a *Applier) Apply(ctx context.Context, b Batch) error { return a.in.applyItems(ctx, b.items) }
+
+// ApplyLanes applies b as the ingester applies a poll: split into Config.Lanes lanes, each in a
+// transaction of its own, at once (docs/design.md#transactions-and-locks). It returns the
+// lanes' errors joined; the lanes that committed stand, and b may be applied again as with Apply.
+func (a *Applier) ApplyLanes(ctx context.Context, b Batch) error {
+	return a.in.inLanes(b.items, func(idx []int) error {
+		its := make([]item, len(idx))
+		for j, i := range idx {
+			its[j] = b.items[i]
+		}
+		return a.in.applyItems(ctx, its)
+	})
+}

@@ -23,7 +23,8 @@ import (
 // 20th intent's first event (kept: no attempt yet), one after every 20th outcome_unknown
 // (applied in the batch), the kept ones sharing one provider reference and the applied ones
 // another, so their claims conflict — applied through the ingester's own batch code in one batch, in
-// batches of 7 and one record per batch leaves the same database: every row of booking_attempt,
+// batches of 7 and one record per batch, and in lanes applied at once as the ingester applies a
+// poll (the whole in 2 and in 3 lanes, batches of 100 in 2), leaves the same database: every row of booking_attempt,
 // attempt_transition, escalation, anomaly, outbox, provider_reference_claim, pending_decision
 // and processed_event, compared without the columns a transaction's clock or a random id fills
 // in (times are compared by whether they are set, a duplicate reference's owner by its key).
@@ -72,14 +73,22 @@ func TestBatchSizeInvariance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(size int) []string {
+	// run applies recs in batches of size, each in one transaction (lanes 0) or split into that
+	// many lanes applied at once (Applier.ApplyLanes, as the ingester applies a poll).
+	run := func(size, lanes int) []string {
 		pool := pgtest.NewPool(t)
-		ap, err := ingest.NewApplier(ingest.Config{Providers: m}, pool, ingest.Deps{Logger: discardLogger()})
+		ap, err := ingest.NewApplier(ingest.Config{Providers: m, Lanes: lanes}, pool, ingest.Deps{Logger: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for lo := 0; lo < len(recs); lo += size {
-			if err := ap.Apply(ctx, ap.Decode(recs[lo:min(lo+size, len(recs))])); err != nil {
+			b := ap.Decode(recs[lo:min(lo+size, len(recs))])
+			if lanes == 0 {
+				err = ap.Apply(ctx, b)
+			} else {
+				err = ap.ApplyLanes(ctx, b)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -126,7 +135,7 @@ func TestBatchSizeInvariance(t *testing.T) {
 		}
 		return out
 	}
-	whole := run(len(recs))
+	whole := run(len(recs), 0)
 	// The workload is what the oracle claims: attempts in every shape, decisions kept and applied.
 	joined := strings.Join(whole, "\n")
 	for _, want := range []string{"|UNKNOWN|", "|CONFIRMED|manual|", "|FAILED|not_sent|", "|key_conflict|open|", "|blind_retry|open|",
@@ -135,14 +144,18 @@ func TestBatchSizeInvariance(t *testing.T) {
 			t.Errorf("the workload leaves no row with %q", want)
 		}
 	}
-	for _, size := range []int{7, 1} {
-		got := run(size)
+	for _, c := range []struct{ size, lanes int }{{7, 0}, {1, 0}, {len(recs), 2}, {len(recs), 3}, {100, 2}} {
+		got := run(c.size, c.lanes)
+		name := fmt.Sprintf("batches of %d", c.size)
+		if c.lanes > 0 {
+			name += fmt.Sprintf(" in %d lanes", c.lanes)
+		}
 		if len(got) != len(whole) {
-			t.Errorf("batches of %d: %d rows, one batch %d", size, len(got), len(whole))
+			t.Errorf("%s: %d rows, one batch %d", name, len(got), len(whole))
 		}
 		for i := range min(len(got), len(whole)) {
 			if got[i] != whole[i] {
-				t.Errorf("batches of %d, row %d:\n%s\none batch:\n%s", size, i, got[i], whole[i])
+				t.Errorf("%s, row %d:\n%s\none batch:\n%s", name, i, got[i], whole[i])
 			}
 		}
 	}

@@ -127,25 +127,34 @@ func indexes(n int) []int {
 	return out
 }
 
-// applyLanes decodes data once, applies its lanes (splitLanes, Config.Lanes) at once, each
-// retried on its own with backoff while its transaction fails (pause: metric, /readyz, log;
-// records is the poll's size, for the log). It returns nil once every lane has committed, and
-// ctx's error when ctx ends first (the lanes that committed stand; the poll's offsets are not
-// committed, so its replay is deduplicated by processed_event).
+// applyLanes decodes data once, applies its lanes (inLanes) at once, each retried on its own
+// with backoff while its transaction fails (pause: metric, /readyz, log; records is the poll's
+// size, for the log). It returns nil once every lane has committed, and ctx's error when ctx
+// ends first (the lanes that committed stand; the poll's offsets are not committed, so its
+// replay is deduplicated by processed_event).
 func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, records int) error {
 	items := in.decodeAll(data)
-	lanes := splitLanes(items, in.cfg.Lanes)
-	if len(lanes) == 1 {
-		return in.applyRetrying(ctx, items, data, records)
-	}
-	errs := make([]error, len(lanes))
-	var wg sync.WaitGroup
-	for l, idx := range lanes {
+	return in.inLanes(items, func(idx []int) error {
 		its, recs := make([]item, len(idx)), make([]*kgo.Record, len(idx))
 		for j, i := range idx {
 			its[j], recs[j] = items[i], data[i]
 		}
-		wg.Go(func() { errs[l] = in.applyRetrying(ctx, its, recs, records) })
+		return in.applyRetrying(ctx, its, recs, records)
+	})
+}
+
+// inLanes splits items into lanes (splitLanes, Config.Lanes) and calls apply with each lane's
+// indexes into items, every lane on a goroutine of its own (the only lane on the caller's); it
+// returns once all have returned, with their errors joined.
+func (in *Ingester) inLanes(items []item, apply func(lane []int) error) error {
+	lanes := splitLanes(items, in.cfg.Lanes)
+	if len(lanes) == 1 {
+		return apply(lanes[0])
+	}
+	errs := make([]error, len(lanes))
+	var wg sync.WaitGroup
+	for l, idx := range lanes {
+		wg.Go(func() { errs[l] = apply(idx) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

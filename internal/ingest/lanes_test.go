@@ -2,9 +2,17 @@ package ingest
 
 import (
 	"fmt"
+	"log/slog"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
+	"github.com/bookrecon/bookrecon/internal/telemetry"
+	"github.com/bookrecon/bookrecon/providers"
 )
 
 // TestSplitLanes: records that share an intent, idempotency key, event id, subject or reference
@@ -65,5 +73,53 @@ func TestSplitLanes(t *testing.T) {
 				t.Errorf("splitLanes = %s, want %s", got, c.lanes)
 			}
 		})
+	}
+}
+
+// TestSplitLanesRealisticMix: the realistic mix (loadgen.DefaultMix, seed 12, 240 intents:
+// redeliveries, key conflicts, blind retries, out-of-order pairs) splits into two lanes of
+// nearly equal size, and every intent's records are in one lane, in poll order — the split that
+// TestBatchSizeInvariance's lane runs apply.
+func TestSplitLanesRealisticMix(t *testing.T) {
+	gen := loadgen.Generate(loadgen.Config{Intents: 240, Seed: 12, Start: time.Now().Add(-time.Hour), Mix: loadgen.DefaultMix})
+	mp, err := samples.Path("providers.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := providers.LoadMap(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newIngester(Config{Providers: m}.withDefaults(), slog.New(slog.DiscardHandler), nil, telemetry.NewRegistry())
+	recs := make([]*kgo.Record, len(gen.Records))
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: events.TopicAttempts, Key: gen.Keys[i], Value: gen.Records[i], Offset: int64(i)}
+	}
+	items := in.decodeAll(recs)
+	lanes := splitLanes(items, 2)
+	if len(lanes) != 2 {
+		t.Fatalf("%d lanes, want 2", len(lanes))
+	}
+	if a, b := len(lanes[0]), len(lanes[1]); a+b != len(items) || a-b > 1 || b-a > 1 {
+		t.Errorf("lanes of %d and %d records of %d, want two halves", a, b, len(items))
+	}
+	laneOf := map[string]int{}
+	for l, idx := range lanes {
+		for j, i := range idx {
+			if j > 0 && idx[j-1] >= i {
+				t.Fatalf("lane %d: item %d after item %d: not in poll order", l, i, idx[j-1])
+			}
+			a := items[i].attempt
+			if a == nil {
+				t.Fatalf("record %d did not decode: %v", i, items[i].invalid)
+			}
+			if prev, ok := laneOf[a.BookingIntentID]; ok && prev != l {
+				t.Errorf("intent %s in lanes %d and %d", a.BookingIntentID, prev, l)
+			}
+			laneOf[a.BookingIntentID] = l
+		}
+	}
+	if len(laneOf) != 240 {
+		t.Errorf("%d intents, want 240", len(laneOf))
 	}
 }
