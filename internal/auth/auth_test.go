@@ -261,6 +261,46 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 }
 
+// TestReloadMidWrite: a re-read between an editor's truncate and its write (an empty file)
+// keeps the tokens in force and counts an invalid file; the write's own re-read then applies.
+// Before, the empty file read as no token: every request got 401 until the next change, and
+// TestReloadOnChange's in-place edit failed whenever the watch's re-read fell in that window.
+func TestReloadMidWrite(t *testing.T) {
+	t.Parallel()
+	path, toks := authtest.File(t, authtest.Reader("t_a", "checkout"))
+	tk, err := auth.Open(path, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := server(tk)
+	accepts := func(tok string) bool { return do(h, "/v1/tenants/t_a/things/exists", "Bearer "+tok).code == 200 }
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Reload("change"); !errors.Is(err, auth.ErrFile) {
+		t.Errorf("Reload of the truncated file = %v, want an ErrFile", err)
+	}
+	if !accepts(toks[0]) {
+		t.Error("the token refused while the file was being written")
+	}
+	if got := testutil.ToFloat64(tk.Metrics().FileInvalid); got != 1 {
+		t.Errorf("bookrecon_auth_tokens_file_invalid = %v, want 1 mid-write", got)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.Reload("change"); err != nil {
+		t.Fatalf("Reload after the write = %v", err)
+	}
+	if !accepts(toks[0]) || testutil.ToFloat64(tk.Metrics().Tokens) != 1 || testutil.ToFloat64(tk.Metrics().FileInvalid) != 0 {
+		t.Error("after the write: want the token accepted, 1 token, the file valid")
+	}
+}
+
 // TestReloadOnChange: an atomic replacement and an in-place rewrite are each read without a
 // signal; an invalid file leaves the tokens in force, is counted and logged without its text.
 func TestReloadOnChange(t *testing.T) {
@@ -384,6 +424,12 @@ func TestParseFile(t *testing.T) {
 			"auth: tokens file: not valid at line 3, column 5 (want a tokens: list of sha256, tenant, principal, scopes)"},
 		{"Syntax", "tokens: [ " + tok + "\n",
 			"auth: tokens file: not valid at line 1, column 9 (want a tokens: list of sha256, tenant, principal, scopes)"},
+		// An editor's in-place write is a truncate, then a write: a re-read between them sees
+		// nothing, or the header alone when the write is cut short.
+		{"Empty", "",
+			"auth: tokens file: empty or without its tokens: key (being written, or cut short?); a file with no token says tokens: [] (bookrecon tokens init)"},
+		{"CommentsOnly", "# bookrecon tokens file: SHA-256 hashes of bearer tokens\n",
+			"auth: tokens file: empty or without its tokens: key (being written, or cut short?); a file with no token says tokens: [] (bookrecon tokens init)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := auth.ParseFile([]byte(tt.data))

@@ -106,7 +106,9 @@ var ErrFile = errors.New("auth: tokens file")
 
 // ParseFile reads a tokens file's content and validates every entry, reporting every problem at
 // once (errors.Join), each wrapping ErrFile. A YAML error is reported by position only: the file
-// may hold something pasted by mistake, and its text never reaches a log.
+// may hold something pasted by mistake, and its text never reaches a log. Content without a
+// tokens: key — empty, or comments only: a file being written in place or cut short — is an
+// error too, so a re-read in the middle of an editor's write keeps the tokens in force.
 func ParseFile(data []byte) (File, error) {
 	var f File
 	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
@@ -116,6 +118,14 @@ func ParseFile(data []byte) (File, error) {
 			return File{}, fmt.Errorf("%w: not valid at line %d, column %d (want a tokens: list of sha256, tenant, principal, scopes)", ErrFile, p.Line, p.Column)
 		}
 		return File{}, fmt.Errorf("%w: not valid YAML (want a tokens: list of sha256, tenant, principal, scopes)", ErrFile)
+	}
+	// A file without its tokens: key is one being written in place (an editor's truncate, then
+	// write) or cut short, never one the tokens commands wrote (an empty list is "tokens: []"):
+	// read as no token, it would refuse every request until the next change.
+	var keys map[string]any
+	err := yaml.Unmarshal(data, &keys)
+	if _, ok := keys["tokens"]; err != nil || !ok {
+		return File{}, fmt.Errorf("%w: empty or without its tokens: key (being written, or cut short?); a file with no token says tokens: [] (bookrecon tokens init)", ErrFile)
 	}
 	return f, f.Validate()
 }

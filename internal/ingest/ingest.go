@@ -8,13 +8,13 @@
 // batch; an outage of PostgreSQL or Kafka pauses the batch and retries it, never dead-letters it.
 //
 // The data path, file by file: consume.go polls a batch, pauses it while PostgreSQL or Kafka is
-// away and commits its offsets after the database commit; lanes.go splits it into lanes applied
-// at once; decode.go decodes and validates it on
-// every core; apply.go writes it — the set-based path, and the savepoint path that isolates a
-// record the database refuses (every call into internal/attempt is there); deadletter.go writes
-// dead letters through the outbox; retention.go keeps processed_event's partitions (a
-// maintenance loop, ticker → runOnce) and checks the topics' retention at start. Run (this
-// file) wires them into service.Run; Applier runs the database side alone (`make bench`).
+// away and commits its offsets after the database commit; decode.go decodes and validates it on
+// every core; lanes.go splits it into lanes applied at once; apply.go writes a lane — the
+// set-based path, and the savepoint path that isolates a record the database refuses (every
+// call into internal/attempt is there); deadletter.go writes dead letters through the outbox;
+// retention.go keeps processed_event's partitions (a maintenance loop, ticker → runOnce) and
+// checks the topics' retention at start. Run (this file) wires them into service.Run; Applier
+// runs the database side alone (`make bench`).
 package ingest
 
 import (
