@@ -1,11 +1,11 @@
 // Package ingest is the ingester: a franz-go consumer group on booking.attempts.v1 and
-// booking.manual-decisions.v1 with auto-commit off. It splits each poll into lanes of whole
-// partition numbers (lanes.go) and runs one PostgreSQL transaction per lane, the lanes at once —
-// insert-first dedup rows, state transitions, audit, anomaly, escalation and outbox rows — and
-// commits the poll's offsets only after every lane's database commit (docs/design.md#shape,
-// docs/design.md#storage-rules). A record the database refuses is isolated under a savepoint,
-// so one record that fails for a reason of its own is dead-lettered without poisoning its
-// batch; an outage of PostgreSQL or Kafka pauses the batch and retries it, never dead-letters it.
+// booking.manual-decisions.v1 with auto-commit off. Per poll it runs one PostgreSQL transaction
+// (or one per lane, Config.Lanes) — insert-first dedup rows, state transitions, audit, anomaly,
+// escalation and outbox rows — and commits the offsets only after the database commit
+// (docs/design.md#shape, docs/design.md#storage-rules). A record the database refuses is
+// isolated under a savepoint, so one record that fails for a reason of its own is dead-lettered
+// without poisoning its batch; an outage of PostgreSQL or Kafka pauses the batch and retries
+// it, never dead-letters it.
 //
 // The data path, file by file: consume.go polls a batch, pauses it while PostgreSQL or Kafka is
 // away and commits its offsets after the database commit; decode.go decodes and validates it on
@@ -72,10 +72,12 @@ type Config struct {
 	// is retried, instead of hanging it while it still looks ready.
 	BatchTimeout time.Duration
 	// Lanes is how many transactions a poll is split into and applied at once, each on its own
-	// connection (default 2; 1 applies a poll in one transaction). A lane takes whole partition
-	// numbers, so it writes what a second ingester instance owning them would (splitLanes); the
-	// poll's offsets are committed once every lane has committed. Two lanes put the batch's
-	// database work on two PostgreSQL backends at once (docs/performance.md).
+	// connection (default 1: one transaction per poll). Records that share an intent, key,
+	// event id, subject or reference stay in one lane, in poll order (splitLanes); what two
+	// lanes reach only through stored rows — an attempt or claim of another intent — they
+	// settle as two ingester instances sharing the partitions would, in commit order
+	// (docs/design.md#transactions-and-locks). The poll's offsets are committed once every lane
+	// has committed.
 	Lanes int
 	// PerEventOnly disables the set-based fast path: every record is applied on its own under
 	// a savepoint (a switch if the fast path misbehaves).
@@ -94,7 +96,7 @@ func (c Config) withDefaults() Config {
 	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9101")
 	c.MaxDBConns = cmp.Or(c.MaxDBConns, 8)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, time.Minute)
-	c.Lanes = cmp.Or(c.Lanes, 2)
+	c.Lanes = cmp.Or(c.Lanes, 1)
 	return c
 }
 

@@ -11,17 +11,17 @@ import (
 )
 
 // A lane is a part of a poll applied in a transaction of its own, on its own connection, at the
-// same time as the poll's other lanes (Config.Lanes; docs/design.md#storage-rules).
+// same time as the poll's other lanes (Config.Lanes; docs/design.md#transactions-and-locks).
 //
-// splitLanes divides a decoded poll into at most n lanes so that two lanes never write the same
-// row: records that share an intent, an idempotency key, an event id, a subject (the booking or
-// payment an operation acts on) or a provider reference — the identities the write path locks,
-// claims or deduplicates on — are in one lane, in poll order. Each lane then writes exactly
-// what the single transaction of the whole poll would have written for its records, whichever
-// lane commits first; only the ids drawn from sequences interleave. Records that did not decode
-// share one lane. Groups go, largest first, to the lane with the fewest records (ties: the
-// earlier group, the lower lane). It returns the non-empty lanes in lane order, each with the
-// indexes of its items in items; one lane holding every item when n ≤ 1.
+// splitLanes divides a decoded poll into at most n lanes: records that share an intent, an
+// idempotency key, an event id, a subject (the booking or payment an operation acts on) or a
+// reference — the identities the poll's records lock, claim or deduplicate on — are in one lane,
+// in poll order. Rows a record reaches only through stored rows (another intent's attempt
+// holding its key, the stored holder of its reference, a kept decision's reference) are not
+// seen here: two lanes settle those in commit order, as two ingester instances do. Records that
+// did not decode share one lane. Groups go, largest first, to the lane with the fewest records
+// (ties: the earlier group, the lower lane). It returns the non-empty lanes in lane order, each
+// with the indexes of its items in items; one lane holding every item when n ≤ 1.
 func splitLanes(items []item, n int) [][]int {
 	if n <= 1 || len(items) < 2 {
 		return [][]int{indexes(len(items))}
@@ -127,44 +127,41 @@ func indexes(n int) []int {
 	return out
 }
 
-// applyLanes decodes data once, applies its lanes (inLanes) at once, each retried on its own
-// with backoff while its transaction fails (pause: metric, /readyz, log; records is the poll's
-// size, for the log). It returns nil once every lane has committed, and ctx's error when ctx
-// ends first (the lanes that committed stand; the poll's offsets are not committed, so its
-// replay is deduplicated by processed_event).
-func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, records int) error {
-	items := in.decodeAll(data)
-	return in.inLanes(items, func(idx []int) error {
-		its, recs := make([]item, len(idx)), make([]*kgo.Record, len(idx))
-		for j, i := range idx {
-			its[j], recs[j] = items[i], data[i]
-		}
-		return in.applyRetrying(ctx, its, recs, records)
-	})
+// applyLanes decodes data once and applies its lanes (inLanes) at once, each retried on its
+// own with backoff while its transaction fails (pause: metric, /readyz, log; pollSize is for the
+// log). It returns nil once every lane has committed, and ctx's error when ctx ends first (the
+// lanes that committed stand; the poll's offsets are not committed, so its replay is
+// deduplicated by processed_event).
+func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, pollSize int) error {
+	return in.inLanes(in.decodeAll(data), func(lane []item) error { return in.applyRetrying(ctx, lane, pollSize) })
 }
 
 // inLanes splits items into lanes (splitLanes, Config.Lanes) and calls apply with each lane's
-// indexes into items, every lane on a goroutine of its own (the only lane on the caller's); it
-// returns once all have returned, with their errors joined.
-func (in *Ingester) inLanes(items []item, apply func(lane []int) error) error {
+// items, every lane on a goroutine of its own (a single lane on the caller's); it returns once
+// all have returned, with their errors joined.
+func (in *Ingester) inLanes(items []item, apply func(lane []item) error) error {
 	lanes := splitLanes(items, in.cfg.Lanes)
 	if len(lanes) == 1 {
-		return apply(lanes[0])
+		return apply(items)
 	}
 	errs := make([]error, len(lanes))
 	var wg sync.WaitGroup
 	for l, idx := range lanes {
-		wg.Go(func() { errs[l] = apply(idx) })
+		lane := make([]item, len(idx))
+		for j, i := range idx {
+			lane[j] = items[i]
+		}
+		wg.Go(func() { errs[l] = apply(lane) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// applyRetrying applies one lane — items, decoded from recs — until its transaction commits;
-// a retry decodes recs again (the retention bound may have moved meanwhile). Each try is
-// bounded by Config.BatchTimeout, so a hung database pauses the lane too. It returns ctx's
-// error when ctx ends first.
-func (in *Ingester) applyRetrying(ctx context.Context, items []item, recs []*kgo.Record, records int) error {
+// applyRetrying applies one lane until its transaction commits; a retry decodes the lane's
+// records again (the retention bound may have moved meanwhile). Each try is bounded by
+// Config.BatchTimeout, so a hung database pauses the lane too. It returns ctx's error when ctx
+// ends first.
+func (in *Ingester) applyRetrying(ctx context.Context, items []item, pollSize int) error {
 	b := pauseBackoff()
 	for {
 		bctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
@@ -173,8 +170,12 @@ func (in *Ingester) applyRetrying(ctx context.Context, items []item, recs []*kgo
 		if err == nil {
 			return nil
 		}
-		if err := in.pause(ctx, b, records, err); err != nil {
+		if err := in.pause(ctx, b, pollSize, err); err != nil {
 			return err
+		}
+		recs := make([]*kgo.Record, len(items))
+		for i := range items {
+			recs[i] = items[i].rec
 		}
 		items = in.decodeAll(recs)
 	}

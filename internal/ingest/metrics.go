@@ -74,9 +74,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "bookrecon_ingest_batch_seconds",
 			Help: "Seconds per polled batch, from decode to offset commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		Paused: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_pauses_total",
-			Help: "Batches retried because PostgreSQL or Kafka was unavailable."}),
+			Help: "Batches (lanes, with BOOKRECON_INGEST_LANES above 1) retried because PostgreSQL or Kafka was unavailable."}),
 		BatchesRerun: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_batches_rerun_total",
-			Help: "Batches the set-based write could not write (a record the database refused, or an attempt another transaction created meanwhile), rerun record by record."}),
+			Help: "Batches (lanes, with BOOKRECON_INGEST_LANES above 1) the set-based write could not write (a record the database refused, or an attempt another transaction created meanwhile), rerun record by record."}),
 		ItemFailures: attempt.NewItemFailures(attempt.StageDecision),
 	}
 	reg.MustRegister(m.Consumed, m.DuplicateDeliveries, m.IdempotentRepeats, m.KeyConflicts, m.BlindRetries, m.Contradictions,

@@ -23,7 +23,7 @@ import (
 // transactional producer on the real broker: transaction 1 (4 valid events) aborts,
 // transaction 2 (4 events) commits, transaction 3 (4 events) stays open for 5 s while a plain
 // producer appends 8 more events behind it, then aborts. The ingester must apply exactly
-// transaction 2 and the 8 later events — each intent's in publishing order, and the later ones only once
+// transaction 2 and the 8 later events — in publishing order, and the later ones only once
 // transaction 3 has ended (the last stable offset holds them back) — and none of the aborted
 // events: no attempt, audit row, processed_event row or consumed count of theirs.
 func TestTransactionalProducerReadCommitted(t *testing.T) {
@@ -99,46 +99,41 @@ func recordsOf(m *model, from, to int) []*kgo.Record {
 }
 
 // checkApplied checks that exactly the first n events of m are applied, in order: the
-// processed_event rows, the audit rows (one per event, each intent's in publishing order) and the consumed
+// processed_event rows, the audit rows (one per event, in publishing order) and the consumed
 // counts by event type.
 func checkApplied(t *testing.T, h *pipelinetest.Harness, reg prometheus.Gatherer, m *model, n int) {
 	t.Helper()
 	var ids []string
 	wantTypes := map[string]float64{}
-	perIntent := map[string][]string{} // the intent's event ids in publishing order
 	for _, b := range m.events[:n] {
-		var e struct{ EventID, EventType, BookingIntentID string }
+		var e struct{ EventID, EventType string }
 		if err := json.Unmarshal(b, &e); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, e.EventID)
-		perIntent[e.BookingIntentID] = append(perIntent[e.BookingIntentID], e.EventID)
 		wantTypes[events.TopicAttempts+" "+e.EventType]++
 	}
 	sorted := slices.Sorted(slices.Values(ids))
 	if diff := cmp.Diff(sorted, processedIDs(t, h)); diff != "" {
 		t.Errorf("processed_event ids (-want +got):\n%s", diff)
 	}
-	// Publishing order is kept per intent (the record key), which is what Kafka and the
-	// ingester's lanes order (docs/design.md#transactions-and-locks).
-	audit := map[string][]string{}
-	rows, err := h.Pool.Query(context.Background(),
-		`SELECT a.booking_intent_id, t.event_id FROM attempt_transition t JOIN booking_attempt a ON a.id = t.attempt_id ORDER BY t.id`)
+	var audit []string
+	rows, err := h.Pool.Query(context.Background(), `SELECT event_id FROM attempt_transition ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var intent, id string
-		if err := rows.Scan(&intent, &id); err != nil {
+		var id string
+		if err := rows.Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-		audit[intent] = append(audit[intent], id)
+		audit = append(audit, id)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(perIntent, audit); diff != "" {
-		t.Errorf("audit rows' event ids in order, per intent (-want +got):\n%s", diff)
+	if diff := cmp.Diff(ids, audit); diff != "" {
+		t.Errorf("audit rows' event ids in order (-want +got):\n%s", diff)
 	}
 	gotTypes := map[string]float64{}
 	mfs, err := reg.Gather()

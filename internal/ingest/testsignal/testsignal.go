@@ -11,12 +11,13 @@ package testsignal
 import "context"
 
 // Ingester are a running ingester's signals; a nil field is no signal. Each runs on the
-// ingester's own goroutine, so a signal that blocks holds the ingester there.
+// ingester's own goroutine — BeforeRecord on its lane's, several at once with Config.Lanes > 1
+// — so a signal that blocks holds the ingester (or the lane) there.
 type Ingester struct {
-	// AfterDBCommit runs between a batch's database commit and its offset commit.
+	// AfterDBCommit runs between a batch's database commit (every lane's) and its offset commit.
 	AfterDBCommit func()
-	// BeforeRecord runs inside the batch transaction before the record at index of the batch is
-	// applied; index 0 starts a transaction try.
+	// BeforeRecord runs inside the batch (or lane) transaction before the record at index of it
+	// is applied; index 0 starts a transaction try.
 	BeforeRecord func(index int)
 	// OnAssigned runs at the start of every consumer-group session, i.e. after every rebalance,
 	// with the partitions newly assigned (possibly none).
