@@ -46,13 +46,13 @@ func (in *Ingester) consume(ctx context.Context) error {
 // counter, /readyz) within seconds, and the retry continues under handle's backoff.
 const commitTimeout = 5 * time.Second
 
-// handle applies a batch — in lanes, each its own transaction (applyLanes) — and commits its
+// handle applies a batch (in lanes when Config.Lanes > 1: applyLanes) and commits its
 // offsets, retrying with backoff while PostgreSQL or Kafka is unavailable; each try of the
 // database work is bounded by Config.BatchTimeout, so a hung database pauses the batch too.
-// Once the database work has committed only the offset
-// commit is retried, so the batch's transaction is not run again (a batch rerun after an
-// ambiguous COMMIT failure is deduplicated record by record). It returns nil once the offsets are committed or the group
-// has moved on (groupMovedOn), and ctx's error when ctx ends first.
+// Once the database work has committed only the offset commit is retried, so the batch's
+// transaction is not run again (a batch rerun after an ambiguous COMMIT failure is deduplicated
+// record by record). It returns nil once the offsets are committed or the group has moved on
+// (groupMovedOn), and ctx's error when ctx ends first.
 func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
 	// Control records (transaction markers) are no facts: committed, never applied.
 	data := recs

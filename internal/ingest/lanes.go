@@ -84,9 +84,10 @@ type identity struct {
 }
 
 // identities are what the item's record touches (splitLanes): for an attempt event its
-// tenant's intent, idempotency key and event id, its subject, the references of its recovery
-// identities (provider, payment, client, provider idempotency key) and of its outcome; for a decision its intent, key, event id and reference; one
-// shared identity for every record that did not decode.
+// tenant's intent, idempotency key and event id, its subject, and the references of its
+// recovery identities (provider, payment, client, provider idempotency key) and of its outcome;
+// for a decision its intent, key, event id and reference; one shared identity for every record
+// that did not decode.
 func (it *item) identities() []identity {
 	switch {
 	case it.attempt != nil:
