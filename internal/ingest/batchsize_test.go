@@ -15,7 +15,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/ingest"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 // TestBatchSizeInvariance is the oracle of the one write path (attempt.Bulk): the realistic mix
@@ -65,11 +64,7 @@ func TestBatchSizeInvariance(t *testing.T) {
 	for i, r := range recs {
 		r.Offset = int64(i)
 	}
-	mp, err := samples.Path("providers.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := providers.LoadMap(mp)
+	m, err := samples.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}

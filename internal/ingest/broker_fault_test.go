@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 	"github.com/bookrecon/bookrecon/internal/topics"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 // TestBrokerCommitOutagePauses uses kfake (fault injection) to fail every offset commit for a
@@ -64,11 +62,7 @@ func TestBrokerCommitFencedGivesUp(t *testing.T) {
 func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry) bool) (*prometheus.Registry, int) {
 	t.Helper()
 	tp := topics.Default()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, tp.All()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Fake(t, 3, tp.All()...)
 	fault := kafkatest.InjectFault(c, kmsg.OffsetCommit, code.Code)
 
 	gen := loadgen.Generate(loadgen.Config{Intents: 500, Seed: 3, Start: time.Now().Add(-time.Minute), Mix: loadgen.Mix{Failure: 0.2}})
@@ -84,8 +78,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 	if err := prod.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mp, _ := samples.Path("providers.yaml")
-	m, err := providers.LoadMap(mp)
+	m, err := samples.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}

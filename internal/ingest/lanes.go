@@ -141,6 +141,9 @@ func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, pollSize
 // items, every lane on a goroutine of its own (a single lane on the caller's); it returns once
 // all have returned, with their errors joined.
 func (in *Ingester) inLanes(items []item, apply func(lane []item) error) error {
+	if in.cfg.Lanes <= 1 {
+		return apply(items)
+	}
 	lanes := splitLanes(items, in.cfg.Lanes)
 	if len(lanes) == 1 {
 		return apply(items)

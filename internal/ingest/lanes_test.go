@@ -12,7 +12,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
 	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 // TestSplitLanes: records that share an intent, idempotency key, event id, subject or reference
@@ -77,16 +76,12 @@ func TestSplitLanes(t *testing.T) {
 }
 
 // TestSplitLanesRealisticMix: the realistic mix (loadgen.DefaultMix, seed 12, 240 intents:
-// redeliveries, key conflicts, blind retries, out-of-order pairs) splits into two lanes of
-// nearly equal size, and every intent's records are in one lane, in poll order — the split that
+// redeliveries, key conflicts, blind retries, out-of-order pairs: 504 records) splits into two
+// lanes of 252, and every intent's records are in one lane, in poll order — the split that
 // TestBatchSizeInvariance's lane runs apply.
 func TestSplitLanesRealisticMix(t *testing.T) {
 	gen := loadgen.Generate(loadgen.Config{Intents: 240, Seed: 12, Start: time.Now().Add(-time.Hour), Mix: loadgen.DefaultMix})
-	mp, err := samples.Path("providers.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := providers.LoadMap(mp)
+	m, err := samples.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +95,8 @@ func TestSplitLanesRealisticMix(t *testing.T) {
 	if len(lanes) != 2 {
 		t.Fatalf("%d lanes, want 2", len(lanes))
 	}
-	if a, b := len(lanes[0]), len(lanes[1]); a+b != len(items) || a-b > 1 || b-a > 1 {
-		t.Errorf("lanes of %d and %d records of %d, want two halves", a, b, len(items))
+	if a, b := len(lanes[0]), len(lanes[1]); len(items) != 504 || a != 252 || b != 252 {
+		t.Errorf("lanes of %d and %d records of %d, want 252 and 252 of 504", a, b, len(items))
 	}
 	laneOf := map[string]int{}
 	for l, idx := range lanes {

@@ -16,7 +16,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/processedevent"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 // raceEnv is a migrated database plus the store configuration the ingester would use.
@@ -48,11 +47,7 @@ func paths(t *testing.T, fn func(t *testing.T, e *raceEnv)) {
 func newRaceEnv(t *testing.T) *raceEnv {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	mp, err := samples.Path("providers.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := providers.LoadMap(mp)
+	pm, err := samples.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}

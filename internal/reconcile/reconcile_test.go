@@ -32,11 +32,7 @@ func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return 
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 func mapPath(t *testing.T) *providers.Map {
-	p, err := samples.Path("providers.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := providers.LoadMap(p)
+	m, err := samples.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -94,16 +93,7 @@ func TestRoundReadSkipsPublishedRows(t *testing.T) {
 	if _, err := pool.Exec(ctx, `ALTER TABLE outbox SET (autovacuum_enabled = off)`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.FakeClient(t, kafkatest.Fake(t, 1, "out"))
 	rl := &Relay{Pool: pool, Client: cl, Logger: slog.New(slog.DiscardHandler)}
 
 	const batches, perBatch = 20, 1000

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -36,17 +35,13 @@ import (
 // marked.
 func TestRelaySurvivesBrokerFaults(t *testing.T) {
 	t.Parallel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Fake(t, 3, "out")
 	fault := kafkatest.InjectFault(c, kmsg.Produce, kerr.NotLeaderForPartition.Code)
 
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	const n = 60
-	err = postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
+	err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		for i := range n {
 			m := outbox.Message{Topic: "out", Key: []byte(fmt.Sprintf("bi_%d", i%4)), Value: []byte(fmt.Sprintf(`{"n":%d}`, i)),
 				EventID: fmt.Sprintf("e%02d", i), Headers: []outbox.Header{{Key: "ce_id", Value: fmt.Sprintf("e%02d", i)}}}
@@ -129,14 +124,10 @@ func TestRelaySurvivesBrokerFaults(t *testing.T) {
 // succeeds again — not one line per round.
 func TestRelayOutageLogsOnChange(t *testing.T) {
 	t.Parallel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Fake(t, 1, "out")
 	direct := pgtest.NewPool(t)
 	ctx := context.Background()
-	err = postgres.WithTx(ctx, direct, func(tx pgx.Tx) error {
+	err := postgres.WithTx(ctx, direct, func(tx pgx.Tx) error {
 		return outbox.Insert(ctx, tx, outbox.Message{Topic: "out", Key: []byte("k"), Value: []byte(`{}`), EventID: "e1"})
 	})
 	if err != nil {

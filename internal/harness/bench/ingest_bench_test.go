@@ -27,7 +27,6 @@ import (
 	"github.com/bookrecon/bookrecon/internal/ingest"
 	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/processedevent"
-	"github.com/bookrecon/bookrecon/providers"
 )
 
 func ingestEnvInt(name string, def int) int {
@@ -170,11 +169,7 @@ func met(ok bool) string {
 // work. tracer, when not nil, sees every statement (BenchmarkIngestBreakdown).
 func ingestApplier(b *testing.B, ctx context.Context, gen loadgen.Output, n, size int, perEventOnly bool, tracer pgx.QueryTracer) benchRun {
 	pool, url := benchPool(b, tracer)
-	mp, err := samples.Path("providers.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := providers.LoadMap(mp)
+	m, err := samples.Providers()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -412,7 +407,7 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output, o e2e
 	var first time.Time
 	var atFirst int
 	for {
-		committed := committedOffsets(ctx, adm, "bench-"+sfx, topics[0])
+		committed, err := committedOffsets(ctx, adm, "bench-"+sfx, topics[0])
 		peak = max(peak, vmHWM(cmd.Process.Pid))
 		if committed > 0 && first.IsZero() {
 			first = time.Now()
@@ -427,7 +422,7 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output, o e2e
 			break
 		}
 		if time.Since(start) > 20*time.Minute {
-			b.Fatalf("ingester committed %d of %d records in 20 minutes", committed, len(gen.Records))
+			b.Fatalf("ingester committed %d of %d records in 20 minutes (last offset fetch: %v)", committed, len(gen.Records), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -451,12 +446,13 @@ func ingestEndToEnd(b *testing.B, ctx context.Context, gen loadgen.Output, o e2e
 		peak, first.Sub(start)
 }
 
-// committedOffsets is the sum of group's committed offsets on topic (0 before its first commit,
-// and while the group's coordinator does not answer yet: the caller's deadline bounds that).
-func committedOffsets(ctx context.Context, adm *kadm.Client, group, topic string) int64 {
+// committedOffsets is the sum of group's committed offsets on topic: 0 before its first commit,
+// and with the error while the group's coordinator does not answer (the caller retries until its
+// deadline, and reports the last error then).
+func committedOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
 	offs, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	var sum int64
 	offs.Each(func(o kadm.OffsetResponse) {
@@ -464,7 +460,7 @@ func committedOffsets(ctx context.Context, adm *kadm.Client, group, topic string
 			sum += o.At
 		}
 	})
-	return sum
+	return sum, nil
 }
 
 // vmHWM reads a process's peak resident set size (KiB) from /proc.

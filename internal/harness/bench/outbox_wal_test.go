@@ -10,9 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/outbox"
 	"github.com/bookrecon/bookrecon/internal/postgres"
@@ -41,16 +40,7 @@ func TestOutboxWAL(t *testing.T) {
 		msgs[i] = outbox.Message{Topic: "res", Key: []byte(key), Value: value, EventID: id,
 			Headers: outbox.CloudEvent(id, "/bookrecon", "attempt.resolved", "tenant-a/book:"+key+":v1", key, at)}
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "res"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.FakeClient(t, kafkatest.Fake(t, 1, "res"))
 
 	// phase runs f on a pool of its own, closed before the meter stops (it waits for the
 	// database's sessions to end), and returns the outbox relations' WAL per row without FPI.

@@ -2,10 +2,35 @@ package kafkatest
 
 import (
 	"sync/atomic"
+	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// Fake starts an in-process kfake cluster of one broker holding topics, each of partitions
+// partitions, closed at t's cleanup (for unit tests and fault injection: InjectFault).
+func Fake(t testing.TB, partitions int32, topics ...string) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...))
+	if err != nil {
+		t.Fatalf("kafkatest: kfake cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// FakeClient is a client of c, closed at t's cleanup.
+func FakeClient(t testing.TB, c *kfake.Cluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatalf("kafkatest: client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
 
 // Fault makes a kfake cluster answer every Produce or OffsetCommit request with code on each
 // partition while On is true — fault injection, what kfake is for. Failed counts the requests

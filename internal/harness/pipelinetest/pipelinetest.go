@@ -93,11 +93,7 @@ func newHarness(t testing.TB, brokers []string, sfx string, tp topics.Names, dbU
 	}
 	t.Cleanup(pool.Close)
 	h.Pool = pool
-	mp, err := samples.Path("providers.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.Providers, err = providers.LoadMap(mp); err != nil {
+	if h.Providers, err = samples.Providers(); err != nil {
 		t.Fatal(err)
 	}
 	ep, _ := samples.Path("expected.json")

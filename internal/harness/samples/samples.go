@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/bookrecon/bookrecon/providers"
 )
 
 // Dir returns the samples folder: $BOOKRECON_SAMPLES, else samples/ at the module root found
@@ -42,6 +44,15 @@ func Path(name string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(d, name), nil
+}
+
+// Providers loads the sample capability map, samples/providers.yaml (providers.LoadMap).
+func Providers() (*providers.Map, error) {
+	p, err := Path("providers.yaml")
+	if err != nil {
+		return nil, err
+	}
+	return providers.LoadMap(p)
 }
 
 // Expected is samples/expected.json.
