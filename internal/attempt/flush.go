@@ -1,7 +1,8 @@
 package attempt
 
-// The flush of the one write path (Bulk): what a batch buffered, written set-based in the order
-// of the foreign keys.
+// The flush of the one write path (Bulk): what a batch buffered, written set-based, each parent
+// before the rows that name it (escalation and anomaly keep their foreign keys; the audit trail's,
+// the claims' and the attempt's went in migration 00009, and migrations.Orphans checks them).
 
 import (
 	"cmp"
@@ -18,8 +19,8 @@ import (
 	"github.com/bookrecon/bookrecon/internal/outbox"
 )
 
-// flush writes the buffers in the order of the foreign keys: a one-step batch's fenced check
-// first, attempts, audit, anomalies, escalations, closes, kept decisions, outbox, claims.
+// flush writes the buffers parents first: a one-step batch's fenced check first, attempts,
+// audit, anomalies, escalations, closes, kept decisions, outbox, claims.
 func (b *Bulk) flush(ctx context.Context) error {
 	defer b.reset()
 	for _, write := range []func(context.Context, pgx.Tx) error{

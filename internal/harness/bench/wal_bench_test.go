@@ -97,8 +97,8 @@ type walRecord struct {
 	fpi              int64
 }
 
-// startWAL opens the meter's connection to the database of dbURL (adminConn) and takes the
-// start position. Close it with stop. BOOKRECON_BENCH_WALINSPECT=off leaves pg_walinspect out
+// startWAL opens the meter's connection to the database of dbURL (adminConn), runs a CHECKPOINT
+// and takes the start position. Close it with stop. BOOKRECON_BENCH_WALINSPECT=off leaves pg_walinspect out
 // (pg_stat_wal alone): reading a line's WAL back takes minutes on a loaded machine.
 func startWAL(b testing.TB, ctx context.Context, dbURL string) *walMeter {
 	conn := adminConn(b, ctx, dbURL)
@@ -109,6 +109,12 @@ func startWAL(b testing.TB, ctx context.Context, dbURL string) *walMeter {
 		w.inspect = "pg_walinspect unavailable: " + err.Error()
 	} else if _, err := conn.Exec(ctx, stmts.SQL("wal_reserve"), "bench_"+strings.ReplaceAll(uuid.NewString(), "-", "")); err != nil {
 		w.inspect = "cannot reserve WAL (a temporary replication slot): " + err.Error()
+	}
+	// Every line starts from a checkpoint: without it a line paid, by its place in the run, for
+	// the dirty buffers and the full-page images of the lines before it (docs/performance.md,
+	// "Lanes": a line run third met a checkpoint started during the one before).
+	if _, err := conn.Exec(ctx, stmts.SQL("wal_checkpoint")); err != nil {
+		b.Fatal(err)
 	}
 	if err := conn.QueryRow(ctx, stmts.SQL("wal_position")).Scan(&w.startBytes, &w.startLSN, &w.dbOID); err != nil {
 		b.Fatal(err)

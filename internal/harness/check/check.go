@@ -2,7 +2,8 @@
 // promises of docs/design.md#promises): every unique event applied exactly once and none lost;
 // every terminal attempt agrees with the provider truth; no FAILED for a booking that exists;
 // exactly one attempt.resolved per terminal attempt; exactly one escalation per (attempt, reason);
-// no attempt UNKNOWN past its deadline without an open escalation.
+// no attempt UNKNOWN past its deadline without an open escalation; every audit row, claim and
+// attempt names a parent that exists (migrations.Orphans: the foreign keys 00009 dropped).
 package check
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/harness/demo"
 	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/migrations"
 	"github.com/bookrecon/bookrecon/providers"
 )
 
@@ -251,7 +253,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, brokers []string, topics demo.
 		}
 	}
 	rows.Close()
-	return rep, rows.Err()
+	if err := rows.Err(); err != nil {
+		return rep, err
+	}
+
+	refs := add("referential integrity: every audit row and claim names an attempt, every attempt an intent")
+	orphans, err := migrations.Orphans(ctx, pool, 1000)
+	if err != nil {
+		return rep, err
+	}
+	for _, o := range orphans {
+		refs.bad("%s", o)
+	}
+	return rep, nil
 }
 
 // counts runs a (key, count) query into a map.

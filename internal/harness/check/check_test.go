@@ -17,7 +17,8 @@ import (
 // TestCheckerCountsViolations: the checker must see what is wrong, not only report zeros. A run
 // where one event was never processed, one attempt is stuck IN_PROGRESS against an expected
 // CONFIRMED, and one attempt is FAILED with no resolution while the provider holds its booking
-// gives exactly those violations, and none elsewhere.
+// gives exactly those violations, and an audit row naming no attempt one integrity violation;
+// none elsewhere.
 func TestCheckerCountsViolations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,6 +45,11 @@ func TestCheckerCountsViolations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An audit row naming no attempt: what the foreign key 00009 dropped refused.
+	if _, err := pool.Exec(ctx, `INSERT INTO attempt_transition (id, attempt_id, to_status, cause)
+			VALUES (7, '00000000-0000-7000-8000-0000000000ff', 'IN_PROGRESS', 'event')`); err != nil {
+		t.Fatal(err)
+	}
 	run := loadgen.Output{
 		Records: [][]byte{
 			[]byte(`{"tenantId":"t","eventId":"e1","bookingIntentId":"bi_1"}`),
@@ -60,7 +66,7 @@ func TestCheckerCountsViolations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []int{0, 1, 1, 1, 1, 0, 0} // once, lost, agree, no false FAILED, one resolution, one escalation, deadline
+	want := []int{0, 1, 1, 1, 1, 0, 0, 1} // once, lost, agree, no false FAILED, one resolution, one escalation, deadline, integrity
 	if len(rep.Invariants) != len(want) {
 		t.Fatalf("%d invariants, want %d", len(rep.Invariants), len(want))
 	}
@@ -68,5 +74,12 @@ func TestCheckerCountsViolations(t *testing.T) {
 		if inv.Violations != want[i] {
 			t.Errorf("%s: %d violations, want %d (%v)", inv.Name, inv.Violations, want[i], inv.Examples)
 		}
+	}
+	if ex := rep.Invariants[7].Examples; len(ex) != 1 || ex[0] != "attempt_transition 7 names attempt 00000000-0000-7000-8000-0000000000ff, which does not exist" {
+		t.Errorf("integrity examples = %q", ex)
+	}
+	// The orphan goes again, or pgtest's own integrity check fails this test at cleanup.
+	if _, err := pool.Exec(ctx, `DELETE FROM attempt_transition WHERE id = 7`); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -86,8 +86,8 @@ func TestLoadEndToEnd(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("invariant violations:\n%s", rep)
 	}
-	if len(rep.Invariants) != 7 {
-		t.Fatalf("checked %d invariants, want 7", len(rep.Invariants))
+	if len(rep.Invariants) != 8 {
+		t.Fatalf("checked %d invariants, want 8", len(rep.Invariants))
 	}
 }
 

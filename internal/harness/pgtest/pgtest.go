@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -83,11 +84,39 @@ func config() pgtestdb.Config {
 }
 
 // NewURL creates a fresh migrated database for t and returns its URL; it is dropped when t
-// passes and kept for inspection when it fails.
+// passes and kept for inspection when it fails. Before it is dropped, t fails if the database
+// holds a row that breaks what the foreign keys dropped by migration 00009 held
+// (migrations.Orphans): every test that writes through the write path checks it.
 func NewURL(t testing.TB) string {
 	t.Helper()
 	SkipShort(t)
-	return pgtestdb.Custom(t, config(), migrator{}).URL()
+	u := pgtestdb.Custom(t, config(), migrator{}).URL()
+	t.Cleanup(func() { checkOrphans(t, u) }) // runs before pgtestdb's drop: cleanups run last-in first
+	return u
+}
+
+// checkOrphans fails t with up to ten rows of its database that break referential integrity
+// (migrations.Orphans), unless t has failed already.
+func checkOrphans(t testing.TB, dbURL string) {
+	if t.Failed() {
+		return
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Errorf("pgtest: integrity check after the test: %v", err)
+		return
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	orphans, err := migrations.Orphans(ctx, conn, 10)
+	if err != nil {
+		t.Errorf("pgtest: integrity check after the test: %v", err)
+		return
+	}
+	if len(orphans) > 0 {
+		t.Errorf("pgtest: the test left rows that break referential integrity (migrations.Orphans):\n  %s",
+			strings.Join(orphans, "\n  "))
+	}
 }
 
 // NewEmptyURL is NewURL without the migrations: a fresh empty database, for tests of migrating.

@@ -9,6 +9,11 @@ SELECT pg_create_physical_replication_slot($1, true, true);
 -- name: wal_extension_create
 CREATE EXTENSION IF NOT EXISTS pg_walinspect;
 
+-- name: wal_checkpoint
+-- Before each line (startWAL): the dirty buffers of the lines before it are written now, not
+-- by a checkpoint that starts during it.
+CHECKPOINT;
+
 -- name: wal_position
 -- pg_stat_wal's wal_bytes is cluster-wide: every database's writes are in it. The position is
 -- the flushed one: pg_walinspect reads no further.
