@@ -9,6 +9,11 @@
 -- migrations.Orphans: after every test's database (pgtest) and by the run checker
 -- (internal/harness/check, `bookrecon load`, the demo). The rare rows keep theirs (escalation,
 -- anomaly).
+--
+-- Dropping a constraint takes each table's ACCESS EXCLUSIVE lock for a moment; lock_timeout
+-- makes the migration fail at once, changing nothing, behind a long transaction of a running
+-- service, instead of queueing every writer behind it.
+SET LOCAL lock_timeout = '10s';
 ALTER TABLE attempt_transition DROP CONSTRAINT attempt_transition_attempt_id_fkey;
 ALTER TABLE provider_reference_claim DROP CONSTRAINT provider_reference_claim_attempt_id_fkey;
 ALTER TABLE booking_attempt DROP CONSTRAINT booking_attempt_tenant_id_booking_intent_id_fkey;
