@@ -11,6 +11,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
@@ -167,4 +168,46 @@ func TestSplitLanesRealisticMix(t *testing.T) {
 	if len(laneOf) != 240 {
 		t.Errorf("%d intents, want 240", len(laneOf))
 	}
+}
+
+// BenchmarkSplitLanes: the cost per poll of the split of the realistic mix (504 records) into two
+// lanes — "split": the split on the poll's own identities and again with links, as inLanes does;
+// "read+split": with the pre-read of the stored links (storedLinks) on a database holding the mix
+// applied once, so every key has a stored attempt.
+func BenchmarkSplitLanes(b *testing.B) {
+	gen := loadgen.Generate(loadgen.Config{Intents: 240, Seed: 12, Start: time.Now().Add(-time.Hour), Mix: loadgen.DefaultMix})
+	m, err := samples.Providers()
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := make([]*kgo.Record, len(gen.Records))
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: events.TopicAttempts, Key: gen.Keys[i], Value: gen.Records[i], Offset: int64(i)}
+	}
+	b.Run("split", func(b *testing.B) {
+		in := newIngester(Config{Providers: m}.withDefaults(), slog.New(slog.DiscardHandler), nil, telemetry.NewRegistry())
+		items := in.decodeAll(recs)
+		for b.Loop() {
+			splitLanes(items, 2, nil)
+			splitLanes(items, 2, map[identity][]identity{})
+		}
+	})
+	b.Run("read+split", func(b *testing.B) {
+		if testing.Short() {
+			b.Skip("needs PostgreSQL")
+		}
+		in := newIngester(Config{Providers: m}.withDefaults(), slog.New(slog.DiscardHandler), pgtest.NewPool(b), telemetry.NewRegistry())
+		items := in.decodeAll(recs)
+		if err := in.applyItems(b.Context(), items); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			splitLanes(items, 2, nil)
+			links, err := in.storedLinks(b.Context(), items)
+			if err != nil {
+				b.Fatal(err)
+			}
+			splitLanes(items, 2, links)
+		}
+	})
 }
