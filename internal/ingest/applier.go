@@ -52,5 +52,5 @@ func (a *Applier) Apply(ctx context.Context, b Batch) error { return a.in.applyI
 // transaction of its own, at once (docs/design.md#transactions-and-locks). It returns the
 // lanes' errors joined; the lanes that committed stand, and b may be applied again as with Apply.
 func (a *Applier) ApplyLanes(ctx context.Context, b Batch) error {
-	return a.in.inLanes(b.items, func(lane []item) error { return a.in.applyItems(ctx, lane) })
+	return a.in.inLanes(ctx, b.items, func(lane []item) error { return a.in.applyItems(ctx, lane) })
 }

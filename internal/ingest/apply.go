@@ -298,3 +298,52 @@ func (in *Ingester) dedupOutcome(o processedevent.Outcome, topic, eventID string
 	}
 	return true
 }
+
+// storedLinks reads what items' records reach through stored rows (attempt.ReadLinks: one
+// unlocked statement) as links for splitLanes (linkIdentities).
+func (in *Ingester) storedLinks(ctx context.Context, items []item) (map[identity][]identity, error) {
+	var evs []events.Attempt
+	var decs []events.Decision
+	for i := range items {
+		if a := items[i].attempt; a != nil {
+			evs = append(evs, *a)
+		}
+		if d := items[i].decision; d != nil {
+			decs = append(decs, *d)
+		}
+	}
+	l, err := attempt.ReadLinks(ctx, in.pool, evs, decs)
+	if err != nil {
+		return nil, err
+	}
+	return linkIdentities(l), nil
+}
+
+// linkIdentities are l as splitLanes joins on them, closed: a key's identity links to its
+// stored attempt's intent, to its kept decisions' references and to those references' holders'
+// intents; a reference's to its holders' intents.
+func linkIdentities(l attempt.Links) map[identity][]identity {
+	out := make(map[identity][]identity, len(l.KeyIntents)+len(l.KeptRefs)+len(l.Holders))
+	holders := func(ref string) []identity {
+		var ids []identity
+		for _, h := range l.Holders[ref] {
+			ids = append(ids, identity{'i', h[0], h[1]})
+		}
+		return ids
+	}
+	for ref := range l.Holders {
+		r := identity{'r', ref, ""}
+		out[r] = holders(ref)
+	}
+	for k, intent := range l.KeyIntents {
+		id := identity{'k', k[0], k[1]}
+		out[id] = append(out[id], identity{'i', k[0], intent})
+	}
+	for k, refs := range l.KeptRefs {
+		id := identity{'k', k[0], k[1]}
+		for _, ref := range refs {
+			out[id] = append(append(out[id], identity{'r', ref, ""}), holders(ref)...)
+		}
+	}
+	return out
+}

@@ -72,12 +72,12 @@ type Config struct {
 	// is retried, instead of hanging it while it still looks ready.
 	BatchTimeout time.Duration
 	// Lanes is how many transactions a poll is split into and applied at once, each on its own
-	// connection (default 1: one transaction per poll). Records that share an intent, key,
-	// event id, subject or reference stay in one lane, in poll order (splitLanes); what two
-	// lanes reach only through stored rows — an attempt or claim of another intent — they
-	// settle as two ingester instances sharing the partitions would, in commit order
-	// (docs/design.md#transactions-and-locks). The poll's offsets are committed once every lane
-	// has committed.
+	// connection (default 2; 1: one transaction per poll). Records that share an intent, key,
+	// event id, subject or reference stay in one lane, in poll order, and so do records their
+	// stored rows link — a key's stored attempt, a kept decision's reference, a reference's
+	// stored holder — read unlocked before the split (splitLanes, attempt.ReadLinks), so that
+	// lanes leave the database one lane leaves (docs/design.md#transactions-and-locks). The
+	// poll's offsets are committed once every lane has committed.
 	Lanes int
 	// PerEventOnly disables the set-based fast path: every record is applied on its own under
 	// a savepoint (a switch if the fast path misbehaves).
@@ -96,7 +96,7 @@ func (c Config) withDefaults() Config {
 	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9101")
 	c.MaxDBConns = cmp.Or(c.MaxDBConns, 8)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, time.Minute)
-	c.Lanes = cmp.Or(c.Lanes, 1)
+	c.Lanes = cmp.Or(c.Lanes, 2)
 	return c
 }
 

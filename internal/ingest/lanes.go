@@ -16,13 +16,13 @@ import (
 // splitLanes divides a decoded poll into at most n lanes: records that share an intent, an
 // idempotency key, an event id, a subject (the booking or payment an operation acts on) or a
 // reference — the identities the poll's records lock, claim or deduplicate on — are in one lane,
-// in poll order. Rows a record reaches only through stored rows (another intent's attempt
-// holding its key, the stored holder of its reference, a kept decision's reference) are not
-// seen here: two lanes settle those in commit order, as two ingester instances do. Records that
-// did not decode share one lane. Groups go, largest first, to the lane with the fewest records
-// (ties: the earlier group, the lower lane). It returns the non-empty lanes in lane order, each
-// with the indexes of its items in items; one lane holding every item when n ≤ 1.
-func splitLanes(items []item, n int) [][]int {
+// in poll order, and so are records that links (storedLinks: the poll's identities → those its
+// stored rows link them to) joins: a key's stored attempt's intent, a key's kept decisions'
+// references, a reference's stored holder's intent. Records that did not decode share one lane.
+// Groups go, largest first, to the lane with the fewest records (ties: the earlier group, the
+// lower lane). It returns the non-empty lanes in lane order, each with the indexes of its items
+// in items; one lane holding every item when n ≤ 1.
+func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
 	if n <= 1 || len(items) < 2 {
 		return [][]int{indexes(len(items))}
 	}
@@ -36,7 +36,11 @@ func splitLanes(items []item, n int) [][]int {
 	}
 	first := make(map[identity]int, 4*len(items))
 	for i := range items {
-		for _, id := range items[i].identities() {
+		ids := items[i].identities()
+		for _, id := range ids {
+			ids = append(ids, links[id]...) // closed already (storedLinks): one level
+		}
+		for _, id := range ids {
 			if j, ok := first[id]; ok {
 				a, b := find(i), find(j)
 				parent[max(a, b)] = min(a, b) // a group's root is its first item
@@ -134,17 +138,30 @@ func indexes(n int) []int {
 // lanes that committed stand; the poll's offsets are not committed, so its replay is
 // deduplicated by processed_event).
 func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, pollSize int) error {
-	return in.inLanes(in.decodeAll(data), func(lane []item) error { return in.applyRetrying(ctx, lane, pollSize) })
+	return in.inLanes(ctx, in.decodeAll(data), func(lane []item) error { return in.applyRetrying(ctx, lane, pollSize) })
 }
 
 // inLanes splits items into lanes (splitLanes, Config.Lanes) and calls apply with each lane's
 // items, every lane on a goroutine of its own (a single lane on the caller's); it returns once
-// all have returned, with their errors joined.
-func (in *Ingester) inLanes(items []item, apply func(lane []item) error) error {
+// all have returned, with their errors joined. When the poll's own identities give more than one
+// group it first reads what the poll's stored rows link (storedLinks, bounded by
+// Config.BatchTimeout), so the lanes leave the database one lane leaves; when that read fails the
+// poll is applied as one lane (its retries pause as any batch's).
+func (in *Ingester) inLanes(ctx context.Context, items []item, apply func(lane []item) error) error {
 	if in.cfg.Lanes <= 1 {
 		return apply(items)
 	}
-	lanes := splitLanes(items, in.cfg.Lanes)
+	lanes := splitLanes(items, in.cfg.Lanes, nil)
+	if len(lanes) > 1 {
+		rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
+		links, err := in.storedLinks(rctx, items)
+		cancel()
+		if err != nil {
+			in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(items), "err", err)
+			return apply(items)
+		}
+		lanes = splitLanes(items, in.cfg.Lanes, links)
+	}
 	if len(lanes) == 1 {
 		return apply(items)
 	}

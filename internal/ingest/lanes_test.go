@@ -9,7 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/harness/loadgen"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
@@ -68,7 +70,56 @@ func TestSplitLanes(t *testing.T) {
 		{"more lanes than groups", []item{att("a", "book:a:v1", "e1"), att("b", "book:b:v1", "e2")}, 4, "[[0] [1]]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := fmt.Sprint(splitLanes(c.poll, c.n)); got != c.lanes {
+			if got := fmt.Sprint(splitLanes(c.poll, c.n, nil)); got != c.lanes {
+				t.Errorf("splitLanes = %s, want %s", got, c.lanes)
+			}
+		})
+	}
+}
+
+// TestSplitLanesStoredLinks: records linked only through stored rows — as attempt.ReadLinks
+// returns them — share a lane: a key whose stored attempt is of another record's intent (another
+// intent's key, a sibling version: G1), a reference whose stored holder is of another record's
+// intent (G2), a kept decision's reference another record brings (G3), and its holder's intent
+// (G3 then G2); a link to no other record of the poll, or of another tenant, joins nothing.
+func TestSplitLanesStoredLinks(t *testing.T) {
+	att := func(intent, key, ev, ref string) item {
+		a := &events.Attempt{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, KeySubject: intent}
+		if ref != "" {
+			a.Outcome = &events.Outcome{ProviderReference: ref}
+		}
+		return item{attempt: a}
+	}
+	dec := func(intent, key, ev string) item {
+		return item{decision: &events.Decision{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, Decision: events.DecisionFailed}}
+	}
+	keyOf := func(tenant, key, intent string) map[[2]string]string {
+		return map[[2]string]string{{tenant, key}: intent}
+	}
+	for _, c := range []struct {
+		name  string
+		poll  []item
+		links attempt.Links
+		lanes string
+	}{
+		{"another intent's key (G1)", []item{att("j", "book:i:v1", "e1", ""), att("i", "pay:i:v1", "e2", ""), att("x", "book:x:v1", "e3", "")},
+			attempt.Links{KeyIntents: keyOf("t1", "book:i:v1", "i")}, "[[0 1] [2]]"},
+		{"a sibling version's key held by another intent (G1)", []item{att("i", "book:i:v2", "e1", ""), dec("j", "book:i:v1", "e2")},
+			attempt.Links{KeyIntents: keyOf("t1", "book:i:v1", "i")}, "[[0 1]]"},
+		{"a reference's stored holder (G2)", []item{att("j", "book:j:v1", "e1", "R1"), dec("i", "book:i:v1", "e2")},
+			attempt.Links{Holders: map[string][][2]string{"R1": {{"t1", "i"}}}}, "[[0 1]]"},
+		{"a kept decision's reference (G3)", []item{att("i", "book:i:v1", "e1", ""), att("j", "book:j:v1", "e2", "R1")},
+			attempt.Links{KeptRefs: map[[2]string][]string{{"t1", "book:i:v1"}: {"R1"}}}, "[[0 1]]"},
+		{"a kept decision's reference's stored holder (G3, G2)", []item{att("i", "book:i:v1", "e1", ""), att("h", "pay:h:v1", "e2", "")},
+			attempt.Links{KeptRefs: map[[2]string][]string{{"t1", "book:i:v1"}: {"R1"}}, Holders: map[string][][2]string{"R1": {{"t1", "h"}}}},
+			"[[0 1]]"},
+		{"links to rows no other record reaches", []item{att("i", "book:i:v1", "e1", "R1"), att("j", "book:j:v1", "e2", "")},
+			attempt.Links{KeyIntents: keyOf("t1", "book:i:v1", "i"), Holders: map[string][][2]string{"R1": {{"t1", "h"}}}}, "[[0] [1]]"},
+		{"another tenant's key", []item{att("j", "book:i:v1", "e1", ""), att("i", "pay:i:v1", "e2", "")},
+			attempt.Links{KeyIntents: keyOf("t2", "book:i:v1", "i")}, "[[0] [1]]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := fmt.Sprint(splitLanes(c.poll, 2, linkIdentities(c.links))); got != c.lanes {
 				t.Errorf("splitLanes = %s, want %s", got, c.lanes)
 			}
 		})
@@ -91,7 +142,7 @@ func TestSplitLanesRealisticMix(t *testing.T) {
 		recs[i] = &kgo.Record{Topic: events.TopicAttempts, Key: gen.Keys[i], Value: gen.Records[i], Offset: int64(i)}
 	}
 	items := in.decodeAll(recs)
-	lanes := splitLanes(items, 2)
+	lanes := splitLanes(items, 2, nil)
 	if len(lanes) != 2 {
 		t.Fatalf("%d lanes, want 2", len(lanes))
 	}
@@ -117,4 +168,46 @@ func TestSplitLanesRealisticMix(t *testing.T) {
 	if len(laneOf) != 240 {
 		t.Errorf("%d intents, want 240", len(laneOf))
 	}
+}
+
+// BenchmarkSplitLanes: the cost per poll of the split of the realistic mix (504 records) into two
+// lanes — "split": the split on the poll's own identities and again with links, as inLanes does;
+// "read+split": with the pre-read of the stored links (storedLinks) on a database holding the mix
+// applied once, so every key has a stored attempt.
+func BenchmarkSplitLanes(b *testing.B) {
+	gen := loadgen.Generate(loadgen.Config{Intents: 240, Seed: 12, Start: time.Now().Add(-time.Hour), Mix: loadgen.DefaultMix})
+	m, err := samples.Providers()
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := make([]*kgo.Record, len(gen.Records))
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: events.TopicAttempts, Key: gen.Keys[i], Value: gen.Records[i], Offset: int64(i)}
+	}
+	b.Run("split", func(b *testing.B) {
+		in := newIngester(Config{Providers: m}.withDefaults(), slog.New(slog.DiscardHandler), nil, telemetry.NewRegistry())
+		items := in.decodeAll(recs)
+		for b.Loop() {
+			splitLanes(items, 2, nil)
+			splitLanes(items, 2, map[identity][]identity{})
+		}
+	})
+	b.Run("read+split", func(b *testing.B) {
+		if testing.Short() {
+			b.Skip("needs PostgreSQL")
+		}
+		in := newIngester(Config{Providers: m}.withDefaults(), slog.New(slog.DiscardHandler), pgtest.NewPool(b), telemetry.NewRegistry())
+		items := in.decodeAll(recs)
+		if err := in.applyItems(b.Context(), items); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			splitLanes(items, 2, nil)
+			links, err := in.storedLinks(b.Context(), items)
+			if err != nil {
+				b.Fatal(err)
+			}
+			splitLanes(items, 2, links)
+		}
+	})
 }

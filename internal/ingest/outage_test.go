@@ -219,6 +219,7 @@ func TestDatabaseHangPauses(t *testing.T) {
 	cfg := h.IngestConfig()
 	cfg.MaxPollRecords = 100 // a try takes well under the timeout even under the race detector
 	cfg.BatchTimeout = 2 * time.Second
+	cfg.Lanes = 1 // one batch transaction at a time: the one backend the fault stops is the batch's
 	startIngesterSignalled(t, cfg, deps, sig)
 
 	select {

@@ -14,8 +14,8 @@ import (
 )
 
 // TestPoolTooSmallRefused: the ingester holds up to 4 + Lanes connections at once (a batch
-// transaction per lane, relay, partition maintenance, lag collector, readiness: 5 with the
-// default one lane); a smaller pool — and a transaction
+// transaction per lane, relay, partition maintenance, lag collector, readiness: 6 with the
+// default two lanes); a smaller pool — and a transaction
 // pooler with no direct URL to migrate over — is refused at once, before anything connects.
 func TestPoolTooSmallRefused(t *testing.T) {
 	for lanes, want := range map[int]int32{1: 5, 2: 6, 4: 8} {
@@ -31,7 +31,7 @@ func TestPoolTooSmallRefused(t *testing.T) {
 	if !errors.Is(err, postgres.ErrConfig) {
 		t.Fatalf("Run = %v, want postgres.ErrConfig", err)
 	}
-	for _, w := range []string{"ingester: a database pool of size 4 (its _DB_CONNS) is too small: it holds up to 5 connections at once", "need a direct session"} {
+	for _, w := range []string{"ingester: a database pool of size 4 (its _DB_CONNS) is too small: it holds up to 6 connections at once", "need a direct session"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%q does not say %q", err, w)
 		}

@@ -128,3 +128,34 @@ FROM unnest($1::uuid[], $2::jsonb[], $3::text[], $4::text[], $5::text[], $6::tex
         $10::text[], $11::timestamptz[], $12::timestamptz[])
     AS u(id, request, hash, fp, cr, ps, corr, pay, subj, pik, started, win)
 WHERE a.id = u.id;
+
+-- name: booking_attempt_links
+-- Unlocked, before a poll is split into lanes (ReadLinks): what the poll's records reach through
+-- stored rows. $1 tenants, $2 keys, $3 providers, $4 operations: every key of the poll with the
+-- provider and operation of its events ('' for a key only decisions name); $5 providers,
+-- $6 operations, $7 references: the outcome references of its events; $8 tenants, $9 keys,
+-- $10 references: the references of its decisions. Rows (kind, tenant, a, b): 'intent' — the
+-- stored attempt of key a is of intent b; 'kept' — a decision kept for key a brings reference b;
+-- 'holder' — reference a, claimed at the provider and operation it would be claimed at, is held
+-- by an attempt of tenant's intent b. A key's references are claimed at its stored attempt's
+-- provider and operation, else at its events' (as Bulk claims them), by the claims' primary key.
+WITH k AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(tenant_id, idempotency_key, provider, operation)),
+    stored AS (
+        SELECT k.tenant_id, k.idempotency_key, a.booking_intent_id, coalesce(a.provider, nullif(k.provider, '')) AS provider,
+            coalesce(a.operation, nullif(k.operation, '')) AS operation
+        FROM k LEFT JOIN booking_attempt a ON a.tenant_id = k.tenant_id AND a.idempotency_key = k.idempotency_key),
+    kept AS (
+        SELECT DISTINCT p.tenant_id, p.idempotency_key, p.decision->>'providerReference' AS reference FROM pending_decision p
+        WHERE p.applied_at IS NULL AND p.failed_at IS NULL AND p.decision->>'providerReference' <> ''
+            AND (p.tenant_id, p.idempotency_key) IN (SELECT tenant_id, idempotency_key FROM k)),
+    keyrefs AS (
+        SELECT * FROM unnest($8::text[], $9::text[], $10::text[]) AS d(tenant_id, idempotency_key, reference)
+        UNION SELECT * FROM kept),
+    refs AS (
+        SELECT * FROM unnest($5::text[], $6::text[], $7::text[]) AS r(provider, operation, reference)
+        UNION SELECT s.provider, s.operation, kr.reference FROM keyrefs kr JOIN stored s USING (tenant_id, idempotency_key)
+        WHERE s.provider IS NOT NULL)
+SELECT 'intent', tenant_id, idempotency_key, booking_intent_id FROM stored WHERE booking_intent_id IS NOT NULL
+UNION ALL SELECT 'kept', tenant_id, idempotency_key, reference FROM kept
+UNION ALL SELECT 'holder', a.tenant_id, c.reference, a.booking_intent_id
+FROM refs r JOIN provider_reference_claim c USING (provider, operation, reference) JOIN booking_attempt a ON a.id = c.attempt_id;

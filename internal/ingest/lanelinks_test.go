@@ -1,0 +1,183 @@
+package ingest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/bookrecon/bookrecon/events"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
+	"github.com/bookrecon/bookrecon/internal/harness/samples"
+	"github.com/bookrecon/bookrecon/internal/ingest"
+)
+
+// TestLanesSeeStoredLinks: a poll of two records linked only through stored rows leaves, in two
+// lanes, exactly the database one lane leaves (dumpTables: every row, status, escalation and
+// outbox body) — each on a fresh database seeded with the same stored state in one transaction:
+//   - G1, another intent's stored attempt holding a record's key: the key conflict it raises on
+//     that attempt and the other intent's resolution publish under one key in poll order;
+//   - G2, the stored holder of a record's reference: a manual decision for the holder after the
+//     duplicate closes the duplicate_provider_reference escalation it could not see in another
+//     lane; one before it gives the escalation the holder's decided status;
+//   - G3, a decision kept for a key whose reference another record brings: the kept decision,
+//     applied first in poll order, holds the claim and the other record is the duplicate.
+func TestLanesSeeStoredLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	t.Parallel()
+	m, err := samples.Providers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	n := 0
+	// ev is an attempt event of tenant t1 at sim-hotels (sim-pay for a payment), version 1;
+	// outcome its outcome (nil: a start).
+	ev := func(typ events.EventType, intent, key string, op events.Operation, outcome *events.Outcome) *kgo.Record {
+		n++
+		a := events.Attempt{SpecVersion: 1, EventID: fmt.Sprintf("ev_%d", n), EventType: typ, OccurredAt: base.Add(time.Duration(n) * time.Second),
+			TenantID: "t1", BookingIntentID: intent, Operation: op, OperationVersion: 1, IdempotencyKey: key, Provider: "sim-hotels", Outcome: outcome}
+		if op == events.OpPaymentAuthorize {
+			a.Provider = "sim-pay"
+		}
+		if typ == events.EventStarted {
+			a.Request = &events.Request{OfferVersion: "off:1", TravellerRef: "tr_1", Amount: &events.Amount{Value: "120.00", Currency: "EUR"},
+				Stay: &events.Stay{PropertyID: "h_1", CheckIn: "2027-05-01", CheckOut: "2027-05-03"}}
+			a.Recovery.ClientReference = "cr_" + intent
+		}
+		b, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &kgo.Record{Topic: events.TopicAttempts, Key: []byte(intent), Value: b}
+	}
+	book := func(typ events.EventType, intent, key string, outcome *events.Outcome) *kgo.Record {
+		return ev(typ, intent, key, events.OpBook, outcome)
+	}
+	dec := func(intent, key, verdict, ref string) *kgo.Record {
+		n++
+		d := fmt.Sprintf(`{"specVersion":1,"eventId":"dec_%d","eventType":"decision.recorded","occurredAt":%q,"tenantId":"t1",
+			"bookingIntentId":%q,"idempotencyKey":%q,"decision":%q,"providerReference":%q,"actor":"ops.1","reason":"checked"}`,
+			n, base.Add(time.Duration(n)*time.Second).Format(time.RFC3339Nano), intent, key, verdict, ref)
+		return &kgo.Record{Topic: events.TopicManualDecisions, Key: []byte(intent), Value: []byte(d)}
+	}
+	ok := func(ref string) *events.Outcome { return &events.Outcome{ProviderReference: ref} }
+	unknown := &events.Outcome{TimeoutClass: events.TimeoutRead}
+	for _, c := range []struct {
+		name       string
+		seed, poll []*kgo.Record
+		// want: query → its rows in the one-lane run (and so in the two-lane run).
+		want map[string][]string
+	}{
+		{"G1 another intent's stored attempt holds the key",
+			[]*kgo.Record{ev(events.EventOutcomeUnknown, "bi_a", "cancel:bk_1:v1", events.OpCancel, unknown)},
+			[]*kgo.Record{ev(events.EventSucceeded, "bi_j", "cancel:bk_1:v1", events.OpCancel, ok("CXL-J")),
+				ev(events.EventSucceeded, "bi_a", "authorize:bi_a:v1", events.OpPaymentAuthorize, ok("PAY-A"))},
+			map[string][]string{
+				`SELECT concat_ws('|', v->>'eventType', v->>'idempotencyKey') FROM (SELECT id, convert_from(value, 'UTF8')::jsonb AS v
+					FROM outbox WHERE record_key = 'bi_a') o ORDER BY id`: {
+					"escalation.opened|cancel:bk_1:v1", "attempt.resolved|authorize:bi_a:v1"},
+				`SELECT concat_ws('|', a.idempotency_key, a.booking_intent_id, a.status, e.reason, e.state)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"authorize:bi_a:v1|bi_a|CONFIRMED", "cancel:bk_1:v1|bi_a|UNKNOWN|key_conflict|open"},
+			}},
+		{"G2 the stored holder of the reference, decided after the duplicate",
+			[]*kgo.Record{book(events.EventStarted, "bi_h", "book:bi_h:v1", nil), book(events.EventSucceeded, "bi_h", "book:bi_h:v1", ok("HTL-77"))},
+			[]*kgo.Record{book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-77")), dec("bi_h", "book:bi_h:v1", "FAILED", "")},
+			map[string][]string{
+				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"book:bi_h:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1",
+					"book:bi_j:v1|CONFIRMED|event|duplicate_provider_reference|open"},
+				`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
+					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
+					"bi_h|attempt.resolved|CONFIRMED", "bi_h|escalation.opened|CONFIRMED", "bi_h|attempt.resolved|FAILED",
+					"bi_h|escalation.closed", "bi_j|escalation.opened|CONFIRMED", "bi_j|attempt.resolved|CONFIRMED"},
+			}},
+		{"G2 the stored holder of the reference, decided before the duplicate",
+			[]*kgo.Record{book(events.EventStarted, "bi_h", "book:bi_h:v1", nil), book(events.EventSucceeded, "bi_h", "book:bi_h:v1", ok("HTL-78"))},
+			[]*kgo.Record{dec("bi_h", "book:bi_h:v1", "FAILED", ""), book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-78"))},
+			map[string][]string{
+				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"book:bi_h:v1|FAILED|manual|duplicate_provider_reference|open",
+					"book:bi_j:v1|CONFIRMED|event|duplicate_provider_reference|open"},
+				`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
+					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
+					"bi_h|attempt.resolved|CONFIRMED", "bi_h|attempt.resolved|FAILED", "bi_h|escalation.opened|FAILED",
+					"bi_j|escalation.opened|CONFIRMED", "bi_j|attempt.resolved|CONFIRMED"},
+			}},
+		{"G3 a decision kept for the key brings the reference",
+			[]*kgo.Record{book(events.EventStarted, "bi_k", "book:bi_k:v1", nil), dec("bi_k", "book:bi_k:v1", "CONFIRMED", "HTL-88")},
+			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_k", "book:bi_k:v1", unknown), book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-88"))},
+			map[string][]string{
+				`SELECT concat_ws('|', c.reference, a.idempotency_key) FROM provider_reference_claim c JOIN booking_attempt a ON a.id = c.attempt_id`: {
+					"HTL-88|book:bi_k:v1"},
+				`SELECT concat_ws('|', a.idempotency_key, n.kind, o.idempotency_key) FROM anomaly n JOIN booking_attempt a ON a.id = n.attempt_id
+					LEFT JOIN booking_attempt o ON o.id = (n.detail->>'owner')::uuid ORDER BY 1`: {
+					"book:bi_j:v1|duplicate_provider_reference|book:bi_k:v1"},
+				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"book:bi_j:v1|CONFIRMED|event|duplicate_provider_reference|open",
+					"book:bi_k:v1|CONFIRMED|manual|duplicate_provider_reference|open"},
+				`SELECT concat_ws('|', idempotency_key, applied_at IS NOT NULL) FROM pending_decision`: {"book:bi_k:v1|t"},
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// run seeds a fresh database with c.seed in one transaction, then applies c.poll in lanes.
+			run := func(lanes int) (*pgxpool.Pool, []string) {
+				pool := pgtest.NewPool(t)
+				ap, err := ingest.NewApplier(ingest.Config{Providers: m, Lanes: lanes}, pool, ingest.Deps{Logger: discardLogger()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ap.Apply(t.Context(), ap.Decode(c.seed)); err != nil {
+					t.Fatal(err)
+				}
+				if err := ap.ApplyLanes(t.Context(), ap.Decode(c.poll)); err != nil {
+					t.Fatal(err)
+				}
+				return pool, dumpTables(t, pool)
+			}
+			onePool, one := run(1)
+			twoPool, two := run(2)
+			for q, want := range c.want {
+				for lanes, pool := range map[int]*pgxpool.Pool{1: onePool, 2: twoPool} {
+					rows, err := pool.Query(t.Context(), q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var got []string
+					for rows.Next() {
+						var s string
+						if err := rows.Scan(&s); err != nil {
+							t.Fatal(err)
+						}
+						got = append(got, s)
+					}
+					if rows.Close(); rows.Err() != nil {
+						t.Fatal(rows.Err())
+					}
+					if !slices.Equal(got, want) {
+						t.Errorf("%d lane(s): %s\n= %q\nwant %q", lanes, q, got, want)
+					}
+				}
+			}
+			if len(one) != len(two) {
+				t.Errorf("two lanes leave %d rows, one lane %d", len(two), len(one))
+			}
+			for i := range min(len(one), len(two)) {
+				if one[i] != two[i] {
+					t.Errorf("row %d, two lanes:\n%s\none lane:\n%s", i, two[i], one[i])
+				}
+			}
+		})
+	}
+}
