@@ -17,7 +17,9 @@ import (
 type Links struct {
 	// KeyIntents: (tenant, idempotency key) → the intent of the stored attempt with that key,
 	// which booking_attempt_of_intents_or_keys locks FOR UPDATE with the key's records and with
-	// every record of that intent (its sibling versions, another intent's key conflict).
+	// every record of that intent (its sibling versions, another intent's key conflict); only
+	// where it is another intent than the key's first record's in the batch (the same one links
+	// nothing the records do not share already).
 	KeyIntents map[[2]string]string
 	// KeptRefs: (tenant, key) → the provider references of the manual decisions kept for the key
 	// (pending_decision), claimed when its attempt turns UNKNOWN or terminal.
@@ -41,13 +43,14 @@ func ReadLinks(ctx context.Context, db interface {
 }, evs []events.Attempt, decs []events.Decision) (Links, error) {
 	l := Links{KeyIntents: map[[2]string]string{}, KeptRefs: map[[2]string][]string{}, Holders: map[string][][2]string{}}
 	keyAt := map[[2]string]int{}
-	var tenants, keys, provs, ops []string
-	key := func(tenant, k, provider, op string) {
+	var tenants, keys, provs, ops, intents []string
+	key := func(tenant, k, intent, provider, op string) {
 		i, ok := keyAt[[2]string{tenant, k}]
 		if !ok {
 			i = len(keys)
 			keyAt[[2]string{tenant, k}] = i
 			tenants, keys, provs, ops = append(tenants, tenant), append(keys, k), append(provs, ""), append(ops, "")
+			intents = append(intents, intent) // the key's first record's: a stored attempt of it links nothing new
 		}
 		if provider != "" {
 			provs[i], ops[i] = provider, op // the key's last event's, as NewBulk's keyOps
@@ -55,13 +58,13 @@ func ReadLinks(ctx context.Context, db interface {
 	}
 	var refProvs, refOps, refs, decTenants, decKeys, decRefs []string
 	for _, ev := range evs {
-		key(ev.TenantID, ev.IdempotencyKey, ev.Provider, string(ev.Operation))
+		key(ev.TenantID, ev.IdempotencyKey, ev.BookingIntentID, ev.Provider, string(ev.Operation))
 		if ev.Outcome != nil && ev.Outcome.ProviderReference != "" {
 			refProvs, refOps, refs = append(refProvs, ev.Provider), append(refOps, string(ev.Operation)), append(refs, ev.Outcome.ProviderReference)
 		}
 	}
 	for _, d := range decs {
-		key(d.TenantID, d.IdempotencyKey, "", "")
+		key(d.TenantID, d.IdempotencyKey, d.BookingIntentID, "", "")
 		if d.ProviderReference != "" {
 			decTenants, decKeys, decRefs = append(decTenants, d.TenantID), append(decKeys, d.IdempotencyKey), append(decRefs, d.ProviderReference)
 		}
@@ -69,7 +72,7 @@ func ReadLinks(ctx context.Context, db interface {
 	if len(keys) == 0 {
 		return l, nil
 	}
-	rows, err := db.Query(ctx, q("booking_attempt_links"), tenants, keys, provs, ops, refProvs, refOps, refs, decTenants, decKeys, decRefs)
+	rows, err := db.Query(ctx, q("booking_attempt_links"), tenants, keys, provs, ops, refProvs, refOps, refs, decTenants, decKeys, decRefs, intents)
 	if err != nil {
 		return Links{}, fmt.Errorf("attempt: read links of %d keys: %w", len(keys), err)
 	}

@@ -9,8 +9,12 @@ SELECT attempt_id FROM provider_reference_claim WHERE provider = $1 AND operatio
 
 -- name: provider_reference_claim_owners
 -- The batch's read of who holds its provider references ($1 providers, $2 operations, $3 references).
-SELECT provider, operation, reference, attempt_id FROM provider_reference_claim
-WHERE (provider, operation, reference) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]));
+-- A LATERAL … LIMIT 1 on the primary key: an index probe per reference whatever the statistics
+-- say (a hash join took a sequential scan of the whole table for every batch).
+SELECT c.provider, c.operation, c.reference, c.attempt_id
+FROM (SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::text[])) AS u(p, o, r)
+CROSS JOIN LATERAL (SELECT provider, operation, reference, attempt_id FROM provider_reference_claim
+    WHERE provider = u.p AND operation = u.o AND reference = u.r LIMIT 1) c;
 
 -- name: provider_reference_claim_insert_many
 -- Claimed in (provider, operation, reference) order by the caller; returns the claims won.
