@@ -1,0 +1,181 @@
+package events
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// refOptions are the options the comparisons decode with: every provider known, and a stale
+// bound inside the samples' days, so steps 7 and 9 both run.
+var refOptions = []DecodeOptions{
+	{},
+	{KnownProvider: knownSampleProvider, MinOccurredAt: time.Date(2026, 11, 30, 9, 0, 30, 0, time.UTC)},
+}
+
+// loadgenKinds are one record of each kind internal/harness/loadgen writes (json.Marshal of a
+// map: members sorted, no whitespace): a start, outcome_unknown, a success, a failure, not sent,
+// a blind retry's v2 start and success, a key conflict's second start. TestLoadgenMatchesRef
+// compares whole generated runs; these seed the fuzz target.
+var loadgenKinds = []string{
+	`{"bookingIntentId":"bi_0000000","eventId":"ev_bi_0000000_v1_started_1","eventType":"attempt.started","idempotencyKey":"book:bi_0000000:v1","occurredAt":"2026-11-30T09:00:00.001Z","operation":"BOOK","operationVersion":1,"provider":"sim-hotels","recovery":{"clientReference":"cr_bi_0000000_v1"},"request":{"amount":{"currency":"EUR","value":"120.00"},"offerVersion":"off:1","stay":{"checkIn":"2027-01-10","checkOut":"2027-01-12","propertyId":"h_1"},"travellerRef":"tr_bi_0000000"},"specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000000","eventId":"ev_bi_0000000_v1_outcome_unknown_2","eventType":"attempt.outcome_unknown","idempotencyKey":"book:bi_0000000:v1","occurredAt":"2026-11-30T09:00:00.002Z","operation":"BOOK","operationVersion":1,"outcome":{"timeoutClass":"read_timeout"},"provider":"sim-hotels","specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000001","eventId":"ev_bi_0000001_v1_succeeded_4","eventType":"attempt.succeeded","idempotencyKey":"book:bi_0000001:v1","occurredAt":"2026-11-30T09:00:00.004Z","operation":"BOOK","operationVersion":1,"outcome":{"providerReference":"HTL-0000001"},"provider":"sim-hotels","specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000003","eventId":"ev_bi_0000003_v1_failed_8","eventType":"attempt.failed","idempotencyKey":"book:bi_0000003:v1","occurredAt":"2026-11-30T09:00:00.008Z","operation":"BOOK","operationVersion":1,"outcome":{"failureCode":"NO_AVAILABILITY","retryable":true},"provider":"sim-hotels","specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000007","eventId":"ev_bi_0000007_v1_outcome_unknown_16","eventType":"attempt.outcome_unknown","idempotencyKey":"book:bi_0000007:v1","occurredAt":"2026-11-30T09:00:00.016Z","operation":"BOOK","operationVersion":1,"outcome":{"requestSent":false,"timeoutClass":"connect_timeout"},"provider":"sim-hotels","specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000017","eventId":"ev_bi_0000017_v2_started_37","eventType":"attempt.started","idempotencyKey":"book:bi_0000017:v2","occurredAt":"2026-11-30T09:00:00.037Z","operation":"BOOK","operationVersion":2,"provider":"sim-hotels","recovery":{"clientReference":"cr_bi_0000017_v2"},"request":{"amount":{"currency":"EUR","value":"120.00"},"offerVersion":"off:1","stay":{"checkIn":"2027-01-10","checkOut":"2027-01-12","propertyId":"h_1"},"travellerRef":"tr_bi_0000017"},"specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000017","eventId":"ev_bi_0000017_v2_succeeded_38","eventType":"attempt.succeeded","idempotencyKey":"book:bi_0000017:v2","occurredAt":"2026-11-30T09:00:00.038Z","operation":"BOOK","operationVersion":2,"outcome":{"providerReference":"HTL-0000017-2"},"provider":"sim-hotels","specVersion":1,"tenantId":"t_load"}`,
+	`{"bookingIntentId":"bi_0000046","eventId":"ev_bi_0000046_v1_started_103","eventType":"attempt.started","idempotencyKey":"book:bi_0000046:v1","occurredAt":"2026-11-30T09:00:00.103Z","operation":"BOOK","operationVersion":1,"provider":"sim-hotels","recovery":{"clientReference":"cr_bi_0000046_v1"},"request":{"amount":{"currency":"EUR","value":"999.00"},"offerVersion":"off:1","stay":{"checkIn":"2027-01-10","checkOut":"2027-01-12","propertyId":"h_1"},"travellerRef":"tr_bi_0000046"},"specVersion":1,"tenantId":"t_load"}`,
+}
+
+// refInputs are the table cases of the comparisons: every sample record of both topics, the
+// loadgen kinds, the canonicaliser's and the splitter's edge cases, and the record shapes of
+// the decode tests.
+func refInputs(tb testing.TB) [][]byte {
+	tb.Helper()
+	var in [][]byte
+	in = append(in, sampleLines(tb, "attempts.jsonl")...)
+	in = append(in, sampleLines(tb, "manual-decisions.jsonl")...)
+	for _, group := range [][]string{loadgenKinds, canonicalCases, splitSeeds, {hotelStarted, flightStarted,
+		authStarted, cancelStarted, succeeded, failed, unknown, decision, "", "null", "{}", "\ufeff{}"}} {
+		for _, s := range group {
+			in = append(in, []byte(s))
+		}
+	}
+	return in
+}
+
+// TestDecodeMatchesRef: on every table case the decode path gives exactly what the old one
+// (ref_test.go) gives: the same Attempt or Decision, event hash, request hash, fingerprint,
+// canonical request for every operation, and error (reason, field and detail).
+func TestDecodeMatchesRef(t *testing.T) {
+	t.Parallel()
+
+	for _, in := range refInputs(t) {
+		sameAsRef(t, in)
+	}
+}
+
+// FuzzDecodeMatchesRef is TestDecodeMatchesRef on arbitrary input.
+//
+// Invariants, for every input and both refOptions: DecodeAttemptHashed, Attempt.Digests,
+// CanonicalRequest and RequestHash (for each operation and an invalid one) on the decoded
+// request, Fingerprint, DecodeDecisionHashed, CanonicalHash and canonicalize all return what
+// their ref versions return, deeply equal, errors included; none of them changes its input.
+func FuzzDecodeMatchesRef(f *testing.F) {
+	for _, in := range refInputs(f) {
+		f.Add(in)
+	}
+	f.Fuzz(sameAsRef)
+}
+
+func sameAsRef(t *testing.T, raw []byte) {
+	t.Helper()
+	orig := bytes.Clone(raw)
+	for _, opt := range refOptions {
+		a, h, err := DecodeAttemptHashed(raw, opt)
+		ra, rh, rerr := refDecodeAttemptHashed(raw, opt)
+		if !reflect.DeepEqual(a, ra) || h != rh || !reflect.DeepEqual(err, rerr) {
+			t.Fatalf("%q: DecodeAttemptHashed = %q, %v; ref %q, %v; attempt (-ref +new):\n%s",
+				orig, h, err, rh, rerr, cmp.Diff(ra, a))
+		}
+		if err == nil {
+			d, derr := a.Digests()
+			rd, rderr := refDigests(ra)
+			if d != rd || !reflect.DeepEqual(derr, rderr) {
+				t.Fatalf("%q: Digests = %+v, %v; ref %+v, %v", orig, d, derr, rd, rderr)
+			}
+			sameRequestAsRef(t, a.Request)
+		}
+
+		dd, dh, derr := DecodeDecisionHashed(raw, opt)
+		rdd, rdh, rderr := refDecodeDecisionHashed(raw, opt)
+		if !reflect.DeepEqual(dd, rdd) || dh != rdh || !reflect.DeepEqual(derr, rderr) {
+			t.Fatalf("%q: DecodeDecisionHashed = %q, %v; ref %q, %v; decision (-ref +new):\n%s",
+				orig, dh, derr, rdh, rderr, cmp.Diff(rdd, dd))
+		}
+	}
+
+	ch, cerr := CanonicalHash(raw)
+	rch, rcerr := refCanonicalHash(raw)
+	if ch != rch || !reflect.DeepEqual(cerr, rcerr) {
+		t.Fatalf("%q: CanonicalHash = %q, %v; ref %q, %v", orig, ch, cerr, rch, rcerr)
+	}
+	c, cerr := canonicalize(raw)
+	rc, rcerr := refCanonicalize(raw)
+	if !bytes.Equal(c, rc) || (cerr == nil) != (rcerr == nil) {
+		t.Fatalf("%q: canonicalize = %q, %v; ref %q, %v", orig, c, cerr, rc, rcerr)
+	}
+	if !bytes.Equal(raw, orig) {
+		t.Fatalf("input changed: %q, was %q", raw, orig)
+	}
+}
+
+// sameRequestAsRef compares the request digests for every operation, and an invalid one.
+func sameRequestAsRef(t *testing.T, r *Request) {
+	t.Helper()
+	for _, op := range append(Operations(), "", "book") {
+		c, err := CanonicalRequest(op, r)
+		rc, rerr := refCanonicalRequest(op, r)
+		if !bytes.Equal(c, rc) || !reflect.DeepEqual(err, rerr) {
+			t.Fatalf("CanonicalRequest(%s, %+v) = %q, %v; ref %q, %v", op, r, c, err, rc, rerr)
+		}
+		h, err := RequestHash(op, r)
+		rh, rerr := refRequestHash(op, r)
+		if h != rh || !reflect.DeepEqual(err, rerr) {
+			t.Fatalf("RequestHash(%s, %+v) = %q, %v; ref %q, %v", op, r, h, err, rh, rerr)
+		}
+		if fp, rfp := Fingerprint(op, r), refFingerprint(op, r); fp != rfp {
+			t.Fatalf("Fingerprint(%s, %+v) = %q; ref %q", op, r, fp, rfp)
+		}
+	}
+}
+
+// refDigests is Attempt.Digests as it was.
+func refDigests(a Attempt) (Digests, error) {
+	if a.Request == nil {
+		return Digests{}, nil
+	}
+	h, err := refRequestHash(a.Operation, a.Request)
+	if err != nil || h == "" {
+		return Digests{}, err
+	}
+	return Digests{RequestHash: h, Fingerprint: refFingerprint(a.Operation, a.Request)}, nil
+}
+
+// FuzzRequestDigestsMatchRef drives MinorUnits, CanonicalRequest, RequestHash and Fingerprint
+// with arbitrary member text (invalid UTF-8, control characters and quotes included, which a
+// decoded record never holds but a caller may pass), shape choosing which of amount, stay and
+// segments are set.
+//
+// Invariants: each returns what its ref version returns, for every operation and an invalid
+// one: the same bytes, hash or fingerprint, and deeply equal errors.
+func FuzzRequestDigestsMatchRef(f *testing.F) {
+	f.Add("off_1:1", "tr_0001", "249.90", "EUR", "h_1042", "2027-02-03", "2027-02-06", "ist", "LHR", "XQ101", uint8(1))
+	f.Add("", "", "2.499e2", "JPY", "", "", "", "a\u2028b", "\x00\"\\", "\xff\xfe", uint8(6))
+	f.Add("<&>", "é\u00e9\U0001F600", "-0", "KWD", "\x7f", "\u2029", "\ufffd", "ıi", "ß", "\ud7ff", uint8(7))
+	f.Fuzz(func(t *testing.T, offer, traveller, value, currency, property, checkIn, checkOut, from, to, flight string, shape uint8) {
+		n, err := MinorUnits(value, currency)
+		rn, rerr := refMinorUnits(value, currency)
+		if n != rn || !reflect.DeepEqual(err, rerr) {
+			t.Fatalf("MinorUnits(%q, %q) = %d, %v; ref %d, %v", value, currency, n, err, rn, rerr)
+		}
+		r := &Request{OfferVersion: offer, TravellerRef: traveller}
+		if shape&1 != 0 {
+			r.Amount = &Amount{Value: value, Currency: currency}
+		}
+		if shape&2 != 0 {
+			r.Stay = &Stay{PropertyID: property, CheckIn: checkIn, CheckOut: checkOut}
+		}
+		if shape&4 != 0 {
+			for range 1 + int(shape>>3)%3 {
+				r.Segments = append(r.Segments, Segment{From: from, To: to, Date: checkIn, Flight: flight})
+			}
+		}
+		sameRequestAsRef(t, r)
+		sameRequestAsRef(t, nil)
+	})
+}
