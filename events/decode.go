@@ -68,7 +68,7 @@ func DecodeAttempt(raw []byte, opt DecodeOptions) (Attempt, error) {
 // DecodeAttemptHashed is DecodeAttempt that also returns CanonicalHash(raw), computed from the
 // same RFC 8785 pass that validation makes (one canonicalisation per record, not two).
 func DecodeAttemptHashed(raw []byte, opt DecodeOptions) (Attempt, string, error) {
-	o, canonical, err := parseRecord(raw)
+	o, hash, err := parseRecord(raw)
 	if err != nil {
 		return Attempt{}, "", err
 	}
@@ -76,7 +76,7 @@ func DecodeAttemptHashed(raw []byte, opt DecodeOptions) (Attempt, string, error)
 	if err != nil {
 		return Attempt{}, "", err
 	}
-	return a, sha256Hex(canonical), nil
+	return a, hash, nil
 }
 
 func decodeAttempt(o object, opt DecodeOptions) (Attempt, error) {
@@ -146,7 +146,7 @@ func DecodeDecision(raw []byte, opt DecodeOptions) (Decision, error) {
 // DecodeDecisionHashed is DecodeDecision that also returns CanonicalHash(raw) from the same
 // canonicalisation pass.
 func DecodeDecisionHashed(raw []byte, opt DecodeOptions) (Decision, string, error) {
-	o, canonical, err := parseRecord(raw)
+	o, hash, err := parseRecord(raw)
 	if err != nil {
 		return Decision{}, "", err
 	}
@@ -154,7 +154,7 @@ func DecodeDecisionHashed(raw []byte, opt DecodeOptions) (Decision, string, erro
 	if err != nil {
 		return Decision{}, "", err
 	}
-	return d, sha256Hex(canonical), nil
+	return d, hash, nil
 }
 
 func decodeDecision(o object, opt DecodeOptions) (Decision, error) {
@@ -228,33 +228,34 @@ func keyError(desc string) *InvalidError {
 // case when decoding into structs).
 type object map[string]json.RawMessage
 
-// parseRecord runs steps 1 and 2; a null value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at any depth, bad
-// syntax, trailing data, lone surrogates and numbers beyond float64; splitObject then insists
-// on an object.
-func parseRecord(raw []byte) (object, []byte, error) {
+// parseRecord runs steps 1 and 2 and returns the record's members and CanonicalHash; a null
+// value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at
+// any depth, bad syntax, trailing data, lone surrogates and numbers beyond float64; splitObject
+// then insists on an object.
+func parseRecord(raw []byte) (object, string, error) {
 	switch {
 	case raw == nil:
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record value is null (a Kafka tombstone)")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record value is null (a Kafka tombstone)")
 	case len(raw) == 0:
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record value is empty")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record value is empty")
 	}
 	if len(raw) > MaxRecordBytes {
-		return nil, nil, invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
+		return nil, "", invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
 	}
 	if !utf8.Valid(raw) {
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not UTF-8")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record is not UTF-8")
 	}
 	// The canonicaliser's error text may quote the record, so it is dropped.
-	canonical, err := canonicalize(raw)
+	hash, err := canonicalHash(raw)
 	if err != nil {
-		return nil, nil, invalid(ReasonInvalidJSON, "",
+		return nil, "", invalid(ReasonInvalidJSON, "",
 			"record is not I-JSON (syntax, duplicate key, lone surrogate or number range)")
 	}
 	o, ok := splitObject(raw)
 	if !ok {
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not a JSON object")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record is not a JSON object")
 	}
-	return o, canonical, nil
+	return o, hash, nil
 }
 
 // checkHeader runs steps 3 and 4: specVersion, then eventType against allowed.

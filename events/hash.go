@@ -292,9 +292,21 @@ func appendCanonicalString(b []byte, s string) []byte {
 // and 249.90 hash alike. Every record DecodeAttempt or DecodeDecision accepts has one; the error
 // (not an *InvalidError; it never quotes the record) is for input that is not I-JSON.
 func CanonicalHash(raw []byte) (string, error) {
-	b, err := canonicalize(raw)
+	h, err := canonicalHash(raw)
 	if err != nil {
 		return "", errors.New("events: canonical hash: record is not I-JSON")
+	}
+	return h, nil
+}
+
+// canonicalHash is sha256Hex(canonicalize(raw)), or canonicalize's error.
+func canonicalHash(raw []byte) (string, error) {
+	if h, ok := canonicalHashFast(raw); ok {
+		return h, nil
+	}
+	b, err := canonicalize(raw)
+	if err != nil {
+		return "", err
 	}
 	return sha256Hex(b), nil
 }
@@ -303,8 +315,12 @@ func CanonicalHash(raw []byte) (string, error) {
 // left as it is). It fails on anything that is not I-JSON (RFC 7493): bad syntax, trailing data,
 // duplicate member names at any depth, invalid UTF-8 or lone surrogates, numbers beyond float64.
 // The implementation is jsontext's (the Go team's encoding/json/v2 text layer, as a module);
-// the tests cross-check it against github.com/gowebpki/jcs, of the RFC's reference lineage.
+// the tests cross-check it against github.com/gowebpki/jcs, of the RFC's reference lineage. The
+// texts records are made of take a faster path of the same result first (jcsWriter).
 func canonicalize(raw []byte) ([]byte, error) {
+	if c, ok := canonicalFast(make([]byte, 0, len(raw)), raw); ok {
+		return c, nil
+	}
 	c := jsontext.Value(bytes.Clone(raw))
 	if err := c.Canonicalize(); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,22 @@ var loadgenKinds = []string{
 	`{"bookingIntentId":"bi_0000046","eventId":"ev_bi_0000046_v1_started_103","eventType":"attempt.started","idempotencyKey":"book:bi_0000046:v1","occurredAt":"2026-11-30T09:00:00.103Z","operation":"BOOK","operationVersion":1,"provider":"sim-hotels","recovery":{"clientReference":"cr_bi_0000046_v1"},"request":{"amount":{"currency":"EUR","value":"999.00"},"offerVersion":"off:1","stay":{"checkIn":"2027-01-10","checkOut":"2027-01-12","propertyId":"h_1"},"travellerRef":"tr_bi_0000046"},"specVersion":1,"tenantId":"t_load"}`,
 }
 
+// jcsFastCases are texts at the edges of jcsWriter's fast path: integers of 15 and 16 digits,
+// -0 and leading zeros, members out of order at every depth, duplicates sorted and not, names
+// ordered by bytes below '"', whitespace everywhere, non-ASCII names and values, nesting around
+// jcsMaxDepth, bad syntax the fast path must not accept.
+var jcsFastCases = []string{
+	`{"x":999999999999999}`, `{"x":-999999999999999}`, `{"x":9999999999999999}`, `{"x":-0}`, `{"x":-01}`,
+	`{"x":0}`, `{"x":00}`, `{"x":1.0}`, `{"x":1e2}`, `{"x":-}`, `[1,]`, `{"a":1,}`, `{,}`, `[,1]`, `{"a"}`,
+	`{"a":}`, `{"a" 1}`, `{"b":{"d":1,"c":[{"z":1,"y":2}]},"a":[{"z":1,"y":{"q":null,"p":true}}]}`,
+	`{"a":1,"b":2,"a":3}`, `{"b":1,"a":2,"b":3}`, `{"a":{"x":1,"x":2}}`, `{"a!":1,"a":2,"a ":3,"":4}`,
+	" \t\r\n{ \"b\" : [ 1 , 2 ] , \"a\" : { } } \n", `{"é":1,"e":2}`, `{"x":"é€😀\u0000"}`, `{"x":"é€😀"}`,
+	"{\"x\":\"\x7f\ufffd\ufffe\"}", "{\"x\":\"a\tb\"}", "{\"x\":\"\xed\xa0\x80\"}", `"top"`, `123`, `true`,
+	`nul`, `truex`, `[true false]`, `{"a":[[[]]],"b":[{}]}`, strings.Repeat("[", 63) + strings.Repeat("]", 63),
+	strings.Repeat("[", 64) + strings.Repeat("]", 64), strings.Repeat("[", 65) + strings.Repeat("]", 65),
+	strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70), `{"a":1}}`, `{"a":1`, `[1`, `"x`,
+}
+
 // refInputs are the table cases of the comparisons: every sample record of both topics, the
 // loadgen kinds, the canonicaliser's and the splitter's edge cases, and the record shapes of
 // the decode tests.
@@ -39,7 +56,7 @@ func refInputs(tb testing.TB) [][]byte {
 	var in [][]byte
 	in = append(in, sampleLines(tb, "attempts.jsonl")...)
 	in = append(in, sampleLines(tb, "manual-decisions.jsonl")...)
-	for _, group := range [][]string{loadgenKinds, canonicalCases, splitSeeds, {hotelStarted, flightStarted,
+	for _, group := range [][]string{loadgenKinds, canonicalCases, jcsFastCases, splitSeeds, {hotelStarted, flightStarted,
 		authStarted, cancelStarted, succeeded, failed, unknown, decision, "", "null", "{}", "\ufeff{}"}} {
 		for _, s := range group {
 			in = append(in, []byte(s))
@@ -70,6 +87,26 @@ func FuzzDecodeMatchesRef(f *testing.F) {
 		f.Add(in)
 	}
 	f.Fuzz(sameAsRef)
+}
+
+// FuzzCanonicalizeMatchesRef: for any input, canonicalize (the fast path first) returns what
+// the ref version (jsontext alone) returns: the same bytes, or an error for both; it never
+// changes its input.
+func FuzzCanonicalizeMatchesRef(f *testing.F) {
+	for _, in := range refInputs(f) {
+		f.Add(in)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		orig := bytes.Clone(raw)
+		c, err := canonicalize(raw)
+		rc, rerr := refCanonicalize(raw)
+		if !bytes.Equal(c, rc) || (err == nil) != (rerr == nil) || !bytes.Equal(raw, orig) {
+			t.Fatalf("%q: canonicalize = %q, %v; ref %q, %v", orig, c, err, rc, rerr)
+		}
+		if h, err := canonicalHash(raw); err == nil && h != refSha256Hex(rc) {
+			t.Fatalf("%q: canonicalHash = %s, want %s", orig, h, refSha256Hex(rc))
+		}
+	})
 }
 
 func sameAsRef(t *testing.T, raw []byte) {
