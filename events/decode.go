@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,17 +12,57 @@ import (
 	"unicode/utf8"
 )
 
-var (
-	// idPattern is the format of tenantId, bookingIntentId and key subjects
-	// (docs/design.md#identities).
-	idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	// keyVersionPattern is the vN part of a key: N ≥ 1 without leading zeros.
-	keyVersionPattern = regexp.MustCompile(`^v[1-9][0-9]{0,9}$`)
-	// iataAirportPattern is an IATA airport code, either case.
-	iataAirportPattern = regexp.MustCompile(`^[A-Za-z]{3}$`)
-	// flightPattern is an IATA flight designator: airline code, 1–4 digits, optional suffix.
-	flightPattern = regexp.MustCompile(`^[A-Za-z0-9]{2}[0-9]{1,4}[A-Za-z]?$`)
-)
+// isID reports whether s is a tenantId, bookingIntentId or key subject: [A-Za-z0-9_-]{1,64}
+// (docs/design.md#identities).
+func isID(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// isKeyVersion reports whether s is the vN part of a key, N ≥ 1 without leading zeros:
+// v[1-9][0-9]{0,9}.
+func isKeyVersion(s string) bool {
+	return len(s) >= 2 && len(s) <= 11 && s[0] == 'v' && s[1] >= '1' && s[1] <= '9' && isDigits(s[2:])
+}
+
+// isIATAAirport reports whether s is an IATA airport code, either case: [A-Za-z]{3}.
+func isIATAAirport(s string) bool {
+	return len(s) == 3 && isLetter(s[0]) && isLetter(s[1]) && isLetter(s[2])
+}
+
+// isFlight reports whether s is an IATA flight designator: airline code, 1–4 digits, optional
+// suffix, [A-Za-z0-9]{2}[0-9]{1,4}[A-Za-z]?.
+func isFlight(s string) bool {
+	if len(s) < 3 || !isAlnum(s[0]) || !isAlnum(s[1]) {
+		return false
+	}
+	number := s[2:]
+	if isLetter(number[len(number)-1]) {
+		number = number[:len(number)-1]
+	}
+	return len(number) >= 1 && len(number) <= 4 && isDigits(number)
+}
+
+// isDigits reports whether every byte of s is an ASCII digit ("" is).
+func isDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+
+func isAlnum(c byte) bool { return isLetter(c) || c >= '0' && c <= '9' }
 
 // maxEventIDBytes bounds eventId, which is part of processed_event's primary key.
 const maxEventIDBytes = 256
@@ -210,11 +249,11 @@ func ParseKey(key string) (prefix, subject string, version int, err error) {
 	if _, ok := OperationForKeyPrefix(parts[0]); !ok {
 		return "", "", 0, keyError("prefix must be one of book, authorize, capture, modify, cancel, refund")
 	}
-	if !idPattern.MatchString(parts[1]) {
+	if !isID(parts[1]) {
 		return "", "", 0, keyError("subject must match [A-Za-z0-9_-]{1,64}")
 	}
 	n, convErr := strconv.ParseInt(strings.TrimPrefix(parts[2], "v"), 10, 32)
-	if !keyVersionPattern.MatchString(parts[2]) || convErr != nil {
+	if !isKeyVersion(parts[2]) || convErr != nil {
 		return "", "", 0, keyError("version must be v1 to v2147483647")
 	}
 	return parts[0], parts[1], int(n), nil
@@ -224,9 +263,27 @@ func keyError(desc string) *InvalidError {
 	return invalid(ReasonInvalidIdempotencyKey, "idempotencyKey", desc)
 }
 
-// object is a JSON object with its members still raw. Keys are exact (encoding/json only folds
-// case when decoding into structs).
-type object map[string]json.RawMessage
+// object is a JSON object with its members still raw, in the order written and without
+// duplicate names (parseRecord's canonicalisation refuses them). Names are exact (encoding/json
+// only folds case when decoding into structs). A record has about a dozen members, so a lookup
+// is a scan, not a map.
+type object []member
+
+// member is one member of an object: its unquoted name and its raw value.
+type member struct {
+	name []byte
+	raw  json.RawMessage
+}
+
+// get returns the raw value of the member name, nil when there is none.
+func (o object) get(name string) json.RawMessage {
+	for i := range o {
+		if string(o[i].name) == name {
+			return o[i].raw
+		}
+	}
+	return nil
+}
 
 // parseRecord runs steps 1 and 2 and returns the record's members and CanonicalHash; a null
 // value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at
@@ -260,14 +317,14 @@ func parseRecord(raw []byte) (object, string, error) {
 
 // checkHeader runs steps 3 and 4: specVersion, then eventType against allowed.
 func checkHeader(o object, allowed []EventType) (EventType, error) {
-	raw := o["specVersion"]
+	raw := o.get("specVersion")
 	if isAbsent(raw) {
 		return "", invalid(ReasonMissingField, "specVersion", "required")
 	}
 	if n, err := strconv.Atoi(string(raw)); err != nil || n != SpecVersion {
 		return "", invalid(ReasonUnsupportedSpecVersion, "specVersion", "must be the integer 1")
 	}
-	raw = o["eventType"]
+	raw = o.get("eventType")
 	if isAbsent(raw) {
 		return "", invalid(ReasonMissingField, "eventType", "required")
 	}
@@ -323,7 +380,7 @@ func (v *validator) bad(field, desc string) { v.fail(ReasonInvalidField, field, 
 // required), and its path.
 func (v *validator) get(o object, path, name string, required bool) (json.RawMessage, string) {
 	p := join(path, name)
-	raw := o[name]
+	raw := o.get(name)
 	if isAbsent(raw) {
 		if required {
 			v.missing(p, "required")
@@ -370,10 +427,10 @@ func (v *validator) str(o object, path, name string, required bool) string {
 	return s
 }
 
-// match returns a required string member that must match re.
-func (v *validator) match(o object, path, name string, re *regexp.Regexp, desc string) string {
+// match returns a required string member that must be well formed.
+func (v *validator) match(o object, path, name string, wellFormed func(string) bool, desc string) string {
 	s := v.str(o, path, name, true)
-	if s != "" && !re.MatchString(s) {
+	if s != "" && !wellFormed(s) {
 		v.bad(join(path, name), desc)
 	}
 	return s
@@ -450,8 +507,8 @@ func (v *validator) envelope(o object) (eventID string, at time.Time, tenant, in
 			v.bad("occurredAt", "must be an RFC 3339 timestamp")
 		}
 	}
-	tenant = v.match(o, "", "tenantId", idPattern, "must match [A-Za-z0-9_-]{1,64}")
-	intent = v.match(o, "", "bookingIntentId", idPattern, "must match [A-Za-z0-9_-]{1,64}")
+	tenant = v.match(o, "", "tenantId", isID, "must match [A-Za-z0-9_-]{1,64}")
+	intent = v.match(o, "", "bookingIntentId", isID, "must match [A-Za-z0-9_-]{1,64}")
 	return eventID, at, tenant, intent
 }
 
@@ -484,7 +541,7 @@ func (v *validator) request(o object, op Operation) *Request {
 	if !op.HasFingerprint() {
 		return r
 	}
-	hasStay, hasSegments := !isAbsent(ro["stay"]), !isAbsent(ro["segments"])
+	hasStay, hasSegments := !isAbsent(ro.get("stay")), !isAbsent(ro.get("segments"))
 	switch {
 	case !hasStay && !hasSegments:
 		v.missing("request.stay", "one of stay or segments is required")
@@ -561,11 +618,11 @@ func (v *validator) segments(ro object) []Segment {
 			continue
 		}
 		s := Segment{
-			From: v.match(so, ep, "from", iataAirportPattern, "must be a three-letter IATA code"),
-			To:   v.match(so, ep, "to", iataAirportPattern, "must be a three-letter IATA code"),
+			From: v.match(so, ep, "from", isIATAAirport, "must be a three-letter IATA code"),
+			To:   v.match(so, ep, "to", isIATAAirport, "must be a three-letter IATA code"),
 		}
 		s.Date, _ = v.date(so, ep, "date")
-		s.Flight = v.match(so, ep, "flight", flightPattern, "must be an IATA flight designator")
+		s.Flight = v.match(so, ep, "flight", isFlight, "must be an IATA flight designator")
 		segs = append(segs, s)
 	}
 	return segs

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"math/big"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -20,8 +19,49 @@ import (
 // RFC 8785 (IEEE 754 double) number holds exactly, so the canonical request stays exact.
 const MaxMinorUnits = 1<<53 - 1
 
-// decimalPattern is the RFC 8259 number grammar, used for amount values in either form.
-var decimalPattern = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+// isDecimal reports whether s has the RFC 8259 number grammar, used for amount values in either
+// form: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func isDecimal(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		i = digitsEnd(s, i+1)
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		if j := digitsEnd(s, i+1); j > i+1 {
+			i = j
+		} else {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if j := digitsEnd(s, i); j > i {
+			i = j
+		} else {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// digitsEnd is the index of the first byte at or after i in s that is not an ASCII digit.
+func digitsEnd(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
 
 // MinorUnits converts value, an amount in major units, to an integer count of currency's minor
 // units, exactly (docs/design.md#request-hash): minor = value × 10^CurrencyExponent(currency).
@@ -44,8 +84,11 @@ func minorUnits(value, currency, path string) (int64, *InvalidError) {
 	bad := func(name, desc string) (int64, *InvalidError) {
 		return 0, invalid(ReasonInvalidField, join(path, name), desc)
 	}
-	if !decimalPattern.MatchString(value) {
+	if !isDecimal(value) {
 		return bad("value", "must be a decimal number")
+	}
+	if n, plain, err := plainMinorUnits(value, currency, path); plain {
+		return n, err
 	}
 	// Trailing fraction zeros are dropped from the text first, so they can never change the
 	// result, not even through decimal's exponent limit.
@@ -82,6 +125,49 @@ func minorUnits(value, currency, path string) (int64, *InvalidError) {
 		return bad("value", "exceeds the largest amount")
 	}
 	return n.Int64(), nil
+}
+
+// plainMinorUnits is minorUnits, its checks in the same order, for a value isDecimal accepted
+// that has no exponent and whose digits, with the currency's exponent, fit 18 decimal digits:
+// integer arithmetic instead of decimal's. plain is false for any other value.
+func plainMinorUnits(value, currency, path string) (n int64, plain bool, _ *InvalidError) {
+	bad := func(name, desc string) (int64, bool, *InvalidError) {
+		return 0, true, invalid(ReasonInvalidField, join(path, name), desc)
+	}
+	digits, negative := strings.CutPrefix(value, "-")
+	whole, fraction, _ := strings.Cut(digits, ".")
+	fraction = strings.TrimRight(fraction, "0")
+	if strings.ContainsAny(digits, "eE") || len(whole)+len(fraction) > 18 {
+		return 0, false, nil
+	}
+	zero := whole == "0" && fraction == ""
+	if negative && !zero {
+		return bad("value", "must not be negative")
+	}
+	exp, ok := CurrencyExponent(currency)
+	switch {
+	case !ok:
+		return bad("currency", "must be an upper-case ISO 4217 code")
+	case zero:
+		return 0, true, nil
+	case len(fraction) > exp:
+		return bad("value", "has more decimal places than the currency allows")
+	case len(whole)+exp > 18:
+		return 0, false, nil
+	}
+	for i := range len(whole) {
+		n = n*10 + int64(whole[i]-'0')
+	}
+	for i := range exp {
+		n *= 10
+		if i < len(fraction) {
+			n += int64(fraction[i] - '0')
+		}
+	}
+	if n > MaxMinorUnits {
+		return bad("value", "exceeds the largest amount")
+	}
+	return n, true, nil
 }
 
 // CanonicalRequest returns the RFC 8785 canonical JSON that RequestHash digests

@@ -183,6 +183,31 @@ func refDigests(a Attempt) (Digests, error) {
 	return Digests{RequestHash: h, Fingerprint: refFingerprint(a.Operation, a.Request)}, nil
 }
 
+// minorUnitsCases are amount values at the edges of plainMinorUnits: zeros and negative zeros,
+// trailing fraction zeros, 18 and 19 digits, MaxMinorUnits and one above, exponents.
+var minorUnitsCases = []string{
+	"0", "-0", "0.000", "-0.00", "-0.50", "-1", "249.9", "249.90", "249.900", "1000.5", "1.2340", "1.23450",
+	"123456789012345678", "1234567890123456789", "12345678901234567.8", "90071992547409.91",
+	"90071992547409.92", "9007199254740991", "9007199254740992", "900719925474099.1", "999999999999999999",
+	"0.0000000000000000001", "1e2", "1E-2", "2.499e2", "-1e2", "1e400", "01", "1.", "", "abc",
+}
+
+// TestMinorUnitsMatchesRef: MinorUnits equals the old one on minorUnitsCases in currencies of
+// exponent 0, 2, 3 and 4 and a code outside the table.
+func TestMinorUnitsMatchesRef(t *testing.T) {
+	t.Parallel()
+
+	for _, value := range minorUnitsCases {
+		for _, currency := range []string{"JPY", "EUR", "KWD", "CLF", "eur", "XXX"} {
+			n, err := MinorUnits(value, currency)
+			rn, rerr := refMinorUnits(value, currency)
+			if n != rn || !reflect.DeepEqual(err, rerr) {
+				t.Errorf("MinorUnits(%q, %q) = %d, %v; ref %d, %v", value, currency, n, err, rn, rerr)
+			}
+		}
+	}
+}
+
 // FuzzRequestDigestsMatchRef drives MinorUnits, CanonicalRequest, RequestHash and Fingerprint
 // with arbitrary member text (invalid UTF-8, control characters and quotes included, which a
 // decoded record never holds but a caller may pass), shape choosing which of amount, stay and
@@ -194,6 +219,9 @@ func FuzzRequestDigestsMatchRef(f *testing.F) {
 	f.Add("off_1:1", "tr_0001", "249.90", "EUR", "h_1042", "2027-02-03", "2027-02-06", "ist", "LHR", "XQ101", uint8(1))
 	f.Add("", "", "2.499e2", "JPY", "", "", "", "a\u2028b", "\x00\"\\", "\xff\xfe", uint8(6))
 	f.Add("<&>", "é\u00e9\U0001F600", "-0", "KWD", "\x7f", "\u2029", "\ufffd", "ıi", "ß", "\ud7ff", uint8(7))
+	for _, v := range minorUnitsCases {
+		f.Add("o", "t", v, "CLF", "p", "2027-01-01", "2027-01-02", "AMS", "LHR", "KL1", uint8(1))
+	}
 	f.Fuzz(func(t *testing.T, offer, traveller, value, currency, property, checkIn, checkOut, from, to, flight string, shape uint8) {
 		n, err := MinorUnits(value, currency)
 		rn, rerr := refMinorUnits(value, currency)
@@ -214,5 +242,33 @@ func FuzzRequestDigestsMatchRef(f *testing.F) {
 		}
 		sameRequestAsRef(t, r)
 		sameRequestAsRef(t, nil)
+	})
+}
+
+// FuzzMatchersMatchRegexps: the hand-written format checks accept exactly what the regular
+// expressions they replace (ref_test.go) accept, for any string, invalid UTF-8 included.
+func FuzzMatchersMatchRegexps(f *testing.F) {
+	for _, s := range []string{"", "a", "bi_sc01", strings.Repeat("a", 64), strings.Repeat("a", 65), "a b", "é",
+		"v1", "v0", "v01", "v2147483647", "v12345678901", "v", "V1", "IST", "ist", "IS1", "ISTA", "XQ101",
+		"XQ1", "XQ12345", "1A2345B", "XQ101BB", "XQ", "X-101", "0", "-0", "249.90", "2.499e2", "1E+2", "1e",
+		"1.", ".5", "01", "-", "1.5e-3", "1\n", "\xff", "a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, c := range []struct {
+			name string
+			got  bool
+			ref  bool
+		}{
+			{"isID", isID(s), refIdPattern.MatchString(s)},
+			{"isKeyVersion", isKeyVersion(s), refKeyVersionPattern.MatchString(s)},
+			{"isIATAAirport", isIATAAirport(s), refIataAirportPattern.MatchString(s)},
+			{"isFlight", isFlight(s), refFlightPattern.MatchString(s)},
+			{"isDecimal", isDecimal(s), refDecimalPattern.MatchString(s)},
+		} {
+			if c.got != c.ref {
+				t.Errorf("%s(%q) = %v, the regexp says %v", c.name, s, c.got, c.ref)
+			}
+		}
 	})
 }

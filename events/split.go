@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 )
 
-// splitObject returns the members of raw when it is a JSON object: each name unquoted, each
-// value its raw bytes (sharing raw's memory). raw must be valid JSON without duplicate member
+// splitObject returns the members of raw when it is a JSON object, in their order: each name
+// unquoted, each value its raw bytes (both sharing raw's memory when the name has no escape). raw must be valid JSON without duplicate member
 // names at any depth — a record parseRecord's canonicalisation accepted, or a value inside one
 // — and for such input the result is what json.Unmarshal into map[string]json.RawMessage
 // returns, in one pass without reflection (the decode path's largest cost,
@@ -16,14 +16,14 @@ func splitObject(raw []byte) (o object, ok bool) {
 	if i >= len(raw) || raw[i] != '{' {
 		return nil, false
 	}
-	o = object{}
+	o = make(object, 0, 16)
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
 		return o, true
 	}
 	for i < len(raw) && raw[i] == '"' {
 		end := valueEnd(raw, i)
-		name, ok := unquote(raw[i:end])
+		name, ok := unquoteBytes(raw[i:end])
 		if !ok {
 			return nil, false
 		}
@@ -36,7 +36,7 @@ func splitObject(raw []byte) (o object, ok bool) {
 		if end <= i {
 			return nil, false
 		}
-		o[name] = json.RawMessage(raw[i:end:end])
+		o = append(o, member{name: name, raw: json.RawMessage(raw[i:end:end])})
 		i = skipSpace(raw, end)
 		if i >= len(raw) {
 			return nil, false
@@ -88,17 +88,20 @@ func splitArray(raw []byte) (elems []json.RawMessage, ok bool) {
 	return nil, false
 }
 
-// unquote is the value of the JSON string q (quotes included): its bytes between the quotes
-// when it has no escape, else encoding/json's reading of it.
-func unquote(q []byte) (string, bool) {
+// unquoteBytes is the value of the JSON string q (quotes included): its bytes between the quotes
+// (sharing q's memory) when it has no escape, else encoding/json's reading of it.
+func unquoteBytes(q []byte) ([]byte, bool) {
 	if len(q) < 2 || q[0] != '"' || q[len(q)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1]), true
+		return q[1 : len(q)-1 : len(q)-1], true
 	}
 	var s string
-	return s, json.Unmarshal(q, &s) == nil
+	if json.Unmarshal(q, &s) != nil {
+		return nil, false
+	}
+	return []byte(s), true
 }
 
 func skipSpace(raw []byte, i int) int {
