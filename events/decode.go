@@ -377,28 +377,27 @@ func (v *validator) missing(field, desc string) { v.fail(ReasonMissingField, fie
 func (v *validator) bad(field, desc string) { v.fail(ReasonInvalidField, field, desc) }
 
 // get returns the member name of o, nil when absent or null (recorded as missing when
-// required), and its path.
-func (v *validator) get(o object, path, name string, required bool) (json.RawMessage, string) {
-	p := join(path, name)
+// required). The member's path, join(path, name), is built only for an error.
+func (v *validator) get(o object, path, name string, required bool) json.RawMessage {
 	raw := o.get(name)
 	if isAbsent(raw) {
 		if required {
-			v.missing(p, "required")
+			v.missing(join(path, name), "required")
 		}
-		return nil, p
+		return nil
 	}
-	return raw, p
+	return raw
 }
 
 // rawString returns a string member and whether it is present and a string; "" when absent.
 func (v *validator) rawString(o object, path, name string, required bool) (string, bool) {
-	raw, p := v.get(o, path, name, required)
+	raw := v.get(o, path, name, required)
 	if raw == nil {
 		return "", false
 	}
 	s, ok := stringValue(raw)
 	if !ok {
-		v.bad(p, "must be a string")
+		v.bad(join(path, name), "must be a string")
 		return "", false
 	}
 	return s, true
@@ -451,13 +450,13 @@ func (v *validator) date(o object, path, name string) (string, time.Time) {
 
 // version returns a required integer member in 1..2^31−1, written as an integer literal.
 func (v *validator) version(o object, path, name string) int {
-	raw, p := v.get(o, path, name, true)
+	raw := v.get(o, path, name, true)
 	if raw == nil {
 		return 0
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 32)
 	if err != nil || n < 1 || n > math.MaxInt32 {
-		v.bad(p, "must be an integer from 1 to 2147483647")
+		v.bad(join(path, name), "must be an integer from 1 to 2147483647")
 		return 0
 	}
 	return int(n)
@@ -465,7 +464,7 @@ func (v *validator) version(o object, path, name string) int {
 
 // boolean returns a boolean member; nil when absent or null.
 func (v *validator) boolean(o object, path, name string, required bool) *bool {
-	raw, p := v.get(o, path, name, required)
+	raw := v.get(o, path, name, required)
 	switch string(raw) {
 	case "":
 		return nil
@@ -473,23 +472,19 @@ func (v *validator) boolean(o object, path, name string, required bool) *bool {
 		b := string(raw) == "true"
 		return &b
 	}
-	v.bad(p, "must be true or false")
+	v.bad(join(path, name), "must be true or false")
 	return nil
 }
 
 // obj returns an object member; nil when absent or null.
 func (v *validator) obj(o object, path, name string, required bool) object {
-	raw, p := v.get(o, path, name, required)
+	raw := v.get(o, path, name, required)
 	if raw == nil {
 		return nil
 	}
-	return v.asObject(raw, p)
-}
-
-func (v *validator) asObject(raw json.RawMessage, p string) object {
 	m, ok := splitObject(raw)
 	if !ok {
-		v.bad(p, "must be an object")
+		v.bad(join(path, name), "must be an object")
 		return nil
 	}
 	return m
@@ -562,7 +557,7 @@ func (v *validator) amount(ro object) *Amount {
 		return nil
 	}
 	a := &Amount{}
-	raw, vp := v.get(ao, p, "value", true)
+	raw := v.get(ao, p, "value", true)
 	typed := false
 	switch {
 	case raw == nil:
@@ -572,7 +567,7 @@ func (v *validator) amount(ro object) *Amount {
 		a.Value, typed = string(raw), true // a JSON number, kept as its literal text
 	}
 	if raw != nil && !typed {
-		v.bad(vp, "must be a decimal string or a JSON number")
+		v.bad(p+".value", "must be a decimal string or a JSON number")
 	}
 	a.Currency = v.str(ao, p, "currency", true)
 	if typed && a.Currency != "" {
@@ -600,7 +595,8 @@ func (v *validator) stay(ro object) *Stay {
 }
 
 func (v *validator) segments(ro object) []Segment {
-	raw, p := v.get(ro, "request", "segments", true)
+	const p = "request.segments"
+	raw := v.get(ro, "request", "segments", true)
 	elems, ok := splitArray(raw)
 	if raw == nil || !ok {
 		v.bad(p, "must be an array")
@@ -612,9 +608,10 @@ func (v *validator) segments(ro object) []Segment {
 	}
 	segs := make([]Segment, 0, len(elems))
 	for i, e := range elems {
-		ep := fmt.Sprintf("%s[%d]", p, i)
-		so := v.asObject(e, ep)
-		if so == nil {
+		ep := p + "[" + strconv.Itoa(i) + "]"
+		so, ok := splitObject(e)
+		if !ok {
+			v.bad(ep, "must be an object")
 			continue
 		}
 		s := Segment{

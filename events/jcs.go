@@ -2,7 +2,6 @@ package events
 
 import (
 	"bytes"
-	"slices"
 	"sync"
 	"unicode/utf8"
 )
@@ -265,7 +264,11 @@ func (w *jcsWriter) order(open int, ms []jcsMember) bool {
 	if sorted {
 		return true
 	}
-	slices.SortFunc(ms, func(a, b jcsMember) int { return bytes.Compare(name(a), name(b)) })
+	for k := 1; k < len(ms); k++ { // insertion sort: an object has a dozen members
+		for j := k; j > 0 && bytes.Compare(name(ms[j-1]), name(ms[j])) > 0; j-- {
+			ms[j-1], ms[j] = ms[j], ms[j-1]
+		}
+	}
 	for k := 1; k < len(ms); k++ {
 		if bytes.Equal(name(ms[k-1]), name(ms[k])) {
 			return false

@@ -11,15 +11,16 @@ import (
 // — and for such input the result is what json.Unmarshal into map[string]json.RawMessage
 // returns, in one pass without reflection (the decode path's largest cost,
 // docs/performance.md "Where the end-to-end time goes"). ok is false when raw is not an object.
-func splitObject(raw []byte) (o object, ok bool) {
+func splitObject(raw []byte) (object, bool) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return nil, false
 	}
-	o = make(object, 0, 16)
+	var first [24]member // the members, on the stack until their number is known
+	ms := first[:0]
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return o, true
+		return object{}, true
 	}
 	for i < len(raw) && raw[i] == '"' {
 		end := valueEnd(raw, i)
@@ -36,14 +37,14 @@ func splitObject(raw []byte) (o object, ok bool) {
 		if end <= i {
 			return nil, false
 		}
-		o = append(o, member{name: name, raw: json.RawMessage(raw[i:end:end])})
+		ms = append(ms, member{name: name, raw: json.RawMessage(raw[i:end:end])})
 		i = skipSpace(raw, end)
 		if i >= len(raw) {
 			return nil, false
 		}
 		switch raw[i] {
 		case '}':
-			return o, true
+			return append(make(object, 0, len(ms)), ms...), true
 		case ',':
 			i = skipSpace(raw, i+1)
 		default:
