@@ -302,6 +302,9 @@ func parseRecord(raw []byte) (object, string, error) {
 	if !utf8.Valid(raw) {
 		return nil, "", invalid(ReasonInvalidJSON, "", "record is not UTF-8")
 	}
+	if hash, o, ok := canonicalHashFast(raw); ok && o != nil {
+		return o, hash, nil // the record's members split in the same pass
+	}
 	// The canonicaliser's error text may quote the record, so it is dropped.
 	hash, err := canonicalHash(raw)
 	if err != nil {

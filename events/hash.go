@@ -387,7 +387,7 @@ func CanonicalHash(raw []byte) (string, error) {
 
 // canonicalHash is sha256Hex(canonicalize(raw)), or canonicalize's error.
 func canonicalHash(raw []byte) (string, error) {
-	if h, ok := canonicalHashFast(raw); ok {
+	if h, _, ok := canonicalHashFast(raw); ok {
 		return h, nil
 	}
 	b, err := canonicalize(raw)

@@ -26,6 +26,10 @@ type jcsWriter struct {
 	tmp []byte
 	// buf is the output buffer canonicalHashFast reuses.
 	buf []byte
+	// top are the members of the text when it is an object (topObject), as splitObject
+	// returns them: names and values share in.
+	top       []member
+	topObject bool
 }
 
 // jcsMember is one member written to out: out[start:end] is `"name":value`, out[start+1:nameEnd]
@@ -43,23 +47,29 @@ func canonicalFast(out, raw []byte) (_ []byte, ok bool) {
 	return out, ok
 }
 
-// canonicalHashFast is sha256Hex(canonicalFast(raw)), written in a pooled buffer.
-func canonicalHashFast(raw []byte) (string, bool) {
+// canonicalHashFast is sha256Hex(canonicalFast(raw)), written in a pooled buffer, and, when raw
+// is an object, splitObject(raw) from the same pass (o nil when raw is not an object).
+func canonicalHashFast(raw []byte) (hash string, o object, ok bool) {
 	w := jcsWriters.Get().(*jcsWriter)
 	out, ok := w.write(w.buf[:0], raw)
-	h := ""
 	if ok {
-		h = sha256Hex(out)
+		hash = sha256Hex(out)
+		if w.topObject {
+			o = append(make(object, 0, len(w.top)), w.top...)
+		}
 	}
 	if cap(out) <= MaxRecordBytes {
 		w.buf = out[:0]
 	}
+	clear(w.top)
+	w.top = w.top[:0]
 	jcsWriters.Put(w)
-	return h, ok
+	return hash, o, ok
 }
 
 func (w *jcsWriter) write(out, raw []byte) ([]byte, bool) {
 	w.in, w.i, w.out = raw, 0, out
+	w.top, w.topObject = w.top[:0], false
 	ok := w.value(0)
 	if ok {
 		w.skipSpace()
@@ -88,6 +98,7 @@ func (w *jcsWriter) value(depth int) bool {
 	}
 	switch c := w.in[w.i]; {
 	case c == '{':
+		w.topObject = w.topObject || depth == 0
 		return depth < jcsMaxDepth && w.object(depth+1)
 	case c == '[':
 		return depth < jcsMaxDepth && w.array(depth+1)
@@ -208,11 +219,11 @@ func (w *jcsWriter) object(depth int) bool {
 		if w.i >= len(w.in) || w.in[w.i] != '"' {
 			return false
 		}
-		start := len(w.out)
+		start, nameIn := len(w.out), w.i+1
 		if !w.str() {
 			return false
 		}
-		nameEnd := len(w.out) - 1
+		nameEnd, nameInEnd := len(w.out)-1, w.i-1
 		for _, c := range w.out[start+1 : nameEnd] {
 			if c >= utf8.RuneSelf { // UTF-16 order may differ from byte order
 				return false
@@ -224,8 +235,13 @@ func (w *jcsWriter) object(depth int) bool {
 		}
 		w.i++
 		w.out = append(w.out, ':')
+		w.skipSpace()
+		value := w.i
 		if !w.value(depth) {
 			return false
+		}
+		if depth == 1 {
+			w.top = append(w.top, member{name: w.in[nameIn:nameInEnd:nameInEnd], raw: w.in[value:w.i:w.i]})
 		}
 		w.members = append(w.members, jcsMember{start, nameEnd, len(w.out)})
 		w.skipSpace()

@@ -91,7 +91,8 @@ func FuzzDecodeMatchesRef(f *testing.F) {
 
 // FuzzCanonicalizeMatchesRef: for any input, canonicalize (the fast path first) returns what
 // the ref version (jsontext alone) returns: the same bytes, or an error for both; it never
-// changes its input.
+// changes its input; when the fast path takes the input, its hash is that of the ref bytes and
+// the members it split are splitObject's (none when the input is not an object).
 func FuzzCanonicalizeMatchesRef(f *testing.F) {
 	for _, in := range refInputs(f) {
 		f.Add(in)
@@ -105,6 +106,12 @@ func FuzzCanonicalizeMatchesRef(f *testing.F) {
 		}
 		if h, err := canonicalHash(raw); err == nil && h != refSha256Hex(rc) {
 			t.Fatalf("%q: canonicalHash = %s, want %s", orig, h, refSha256Hex(rc))
+		}
+		if h, o, ok := canonicalHashFast(raw); ok {
+			so, sok := splitObject(raw)
+			if h != refSha256Hex(rc) || (o != nil) != sok || !reflect.DeepEqual(o, so) {
+				t.Fatalf("%q: canonicalHashFast = %s, %q; want %s, splitObject %q, %v", orig, h, o, refSha256Hex(rc), so, sok)
+			}
 		}
 	})
 }
