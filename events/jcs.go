@@ -148,19 +148,32 @@ func (w *jcsWriter) integer() bool {
 	return true
 }
 
+// jcsPlain marks the bytes a string is written with as they are, without a second look: ASCII
+// but for control characters, '"' and '\\'.
+var jcsPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // str takes a string of valid UTF-8 without escapes or control characters: RFC 8785 writes it
 // as it is.
 func (w *jcsWriter) str() bool {
 	for j := w.i + 1; j < len(w.in); {
+		for j < len(w.in) && jcsPlain[w.in[j]] {
+			j++
+		}
+		if j == len(w.in) {
+			break
+		}
 		switch c := w.in[j]; {
 		case c == '"':
 			w.out = append(w.out, w.in[w.i:j+1]...)
 			w.i = j + 1
 			return true
-		case c == '\\' || c < 0x20:
+		case c < utf8.RuneSelf: // '\\' or a control character
 			return false
-		case c < utf8.RuneSelf:
-			j++
 		default:
 			r, size := utf8.DecodeRune(w.in[j:])
 			if r == utf8.RuneError && size == 1 {
