@@ -107,24 +107,26 @@ func DecodeAttempt(raw []byte, opt DecodeOptions) (Attempt, error) {
 // DecodeAttemptHashed is DecodeAttempt that also returns CanonicalHash(raw), computed from the
 // same RFC 8785 pass that validation makes (one canonicalisation per record, not two).
 func DecodeAttemptHashed(raw []byte, opt DecodeOptions) (Attempt, string, error) {
-	o, hash, err := parseRecord(raw)
+	s := getScratch()
+	defer s.release()
+	o, hash, err := parseRecord(raw, s)
 	if err != nil {
 		return Attempt{}, "", err
 	}
-	a, err := decodeAttempt(o, opt)
+	a, err := decodeAttempt(o, opt, s)
 	if err != nil {
 		return Attempt{}, "", err
 	}
 	return a, hash, nil
 }
 
-func decodeAttempt(o object, opt DecodeOptions) (Attempt, error) {
+func decodeAttempt(o object, opt DecodeOptions, s *scratch) (Attempt, error) {
 	et, err := checkHeader(o, AttemptEventTypes())
 	if err != nil {
 		return Attempt{}, err
 	}
 
-	var v validator
+	v := validator{s: s}
 	a := Attempt{SpecVersion: SpecVersion, EventType: et}
 	a.EventID, a.OccurredAt, a.TenantID, a.BookingIntentID = v.envelope(o)
 	if s := v.str(o, "", "operation", true); s != "" && !Operation(s).Valid() {
@@ -185,24 +187,26 @@ func DecodeDecision(raw []byte, opt DecodeOptions) (Decision, error) {
 // DecodeDecisionHashed is DecodeDecision that also returns CanonicalHash(raw) from the same
 // canonicalisation pass.
 func DecodeDecisionHashed(raw []byte, opt DecodeOptions) (Decision, string, error) {
-	o, hash, err := parseRecord(raw)
+	s := getScratch()
+	defer s.release()
+	o, hash, err := parseRecord(raw, s)
 	if err != nil {
 		return Decision{}, "", err
 	}
-	d, err := decodeDecision(o, opt)
+	d, err := decodeDecision(o, opt, s)
 	if err != nil {
 		return Decision{}, "", err
 	}
 	return d, hash, nil
 }
 
-func decodeDecision(o object, opt DecodeOptions) (Decision, error) {
+func decodeDecision(o object, opt DecodeOptions, s *scratch) (Decision, error) {
 	et, err := checkHeader(o, []EventType{EventDecisionRecorded})
 	if err != nil {
 		return Decision{}, err
 	}
 
-	var v validator
+	v := validator{s: s}
 	d := Decision{SpecVersion: SpecVersion, EventType: et, Retryable: true}
 	d.EventID, d.OccurredAt, d.TenantID, d.BookingIntentID = v.envelope(o)
 	d.IdempotencyKey, _ = v.rawString(o, "", "idempotencyKey", true) // format: after step 9
@@ -289,7 +293,7 @@ func (o object) get(name string) json.RawMessage {
 // value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at
 // any depth, bad syntax, trailing data, lone surrogates and numbers beyond float64; splitObject
 // then insists on an object.
-func parseRecord(raw []byte) (object, string, error) {
+func parseRecord(raw []byte, s *scratch) (object, string, error) {
 	switch {
 	case raw == nil:
 		return nil, "", invalid(ReasonInvalidJSON, "", "record value is null (a Kafka tombstone)")
@@ -302,7 +306,7 @@ func parseRecord(raw []byte) (object, string, error) {
 	if !utf8.Valid(raw) {
 		return nil, "", invalid(ReasonInvalidJSON, "", "record is not UTF-8")
 	}
-	if hash, o, ok := canonicalHashFast(raw); ok && o != nil {
+	if hash, o, ok := s.hashFast(raw); ok && o != nil {
 		return o, hash, nil // the record's members split in the same pass
 	}
 	// The canonicaliser's error text may quote the record, so it is dropped.
@@ -311,7 +315,7 @@ func parseRecord(raw []byte) (object, string, error) {
 		return nil, "", invalid(ReasonInvalidJSON, "",
 			"record is not I-JSON (syntax, duplicate key, lone surrogate or number range)")
 	}
-	o, ok := splitObject(raw)
+	o, ok := splitObjectInto(&s.members, raw)
 	if !ok {
 		return nil, "", invalid(ReasonInvalidJSON, "", "record is not a JSON object")
 	}
@@ -364,8 +368,11 @@ func joinOps() string {
 }
 
 // validator runs steps 5 and 6 over the whole record and keeps the verdict: the first
-// missing_field if any, else the first invalid_field.
-type validator struct{ err *InvalidError }
+// missing_field if any, else the first invalid_field. The objects it splits go in s.
+type validator struct {
+	err *InvalidError
+	s   *scratch
+}
 
 func (v *validator) set(e *InvalidError) {
 	if v.err == nil || (v.err.Reason == ReasonInvalidField && e.Reason == ReasonMissingField) {
@@ -485,7 +492,7 @@ func (v *validator) obj(o object, path, name string, required bool) object {
 	if raw == nil {
 		return nil
 	}
-	m, ok := splitObject(raw)
+	m, ok := splitObjectInto(&v.s.members, raw)
 	if !ok {
 		v.bad(join(path, name), "must be an object")
 		return nil
@@ -612,7 +619,7 @@ func (v *validator) segments(ro object) []Segment {
 	segs := make([]Segment, 0, len(elems))
 	for i, e := range elems {
 		ep := p + "[" + strconv.Itoa(i) + "]"
-		so, ok := splitObject(e)
+		so, ok := splitObjectInto(&v.s.members, e)
 		if !ok {
 			v.bad(ep, "must be an object")
 			continue

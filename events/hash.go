@@ -387,7 +387,10 @@ func CanonicalHash(raw []byte) (string, error) {
 
 // canonicalHash is sha256Hex(canonicalize(raw)), or canonicalize's error.
 func canonicalHash(raw []byte) (string, error) {
-	if h, _, ok := canonicalHashFast(raw); ok {
+	s := getScratch()
+	h, _, ok := s.hashFast(raw)
+	s.release()
+	if ok {
 		return h, nil
 	}
 	b, err := canonicalize(raw)

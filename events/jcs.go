@@ -24,7 +24,7 @@ type jcsWriter struct {
 	members []jcsMember
 	// tmp holds an object's members while they are written back in order.
 	tmp []byte
-	// buf is the output buffer canonicalHashFast reuses.
+	// buf is the output buffer hashFast reuses.
 	buf []byte
 	// top are the members of the text when it is an object (topObject), as splitObject
 	// returns them: names and values share in.
@@ -36,35 +36,55 @@ type jcsWriter struct {
 // the name.
 type jcsMember struct{ start, nameEnd, end int }
 
-var jcsWriters = sync.Pool{New: func() any { return new(jcsWriter) }}
+// scratch is the pooled working memory of one decode or hash: the fast canonicaliser's buffers
+// and the members of the record's objects. Nothing a decode returns points into it (decoded
+// strings are copies), so it is cleared and reused once the decode is done.
+type scratch struct {
+	jcs jcsWriter
+	// members hold the objects split so far, each a capped sub-slice (splitObjectInto).
+	members []member
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch { return scratches.Get().(*scratch) }
+
+// release clears s (it must not keep records alive) and returns it to the pool.
+func (s *scratch) release() {
+	clear(s.jcs.top)
+	clear(s.members[:cap(s.members)])
+	s.jcs.top, s.members = s.jcs.top[:0], s.members[:0]
+	if cap(s.jcs.buf) > MaxRecordBytes {
+		s.jcs.buf = nil
+	}
+	scratches.Put(s)
+}
 
 // canonicalFast appends the canonical form of raw to out when the fast path takes raw; ok is
 // false otherwise (raw may still be valid: ask jsontext).
 func canonicalFast(out, raw []byte) (_ []byte, ok bool) {
-	w := jcsWriters.Get().(*jcsWriter)
-	out, ok = w.write(out, raw)
-	jcsWriters.Put(w)
+	s := getScratch()
+	out, ok = s.jcs.write(out, raw)
+	s.release()
 	return out, ok
 }
 
-// canonicalHashFast is sha256Hex(canonicalFast(raw)), written in a pooled buffer, and, when raw
-// is an object, splitObject(raw) from the same pass (o nil when raw is not an object).
-func canonicalHashFast(raw []byte) (hash string, o object, ok bool) {
-	w := jcsWriters.Get().(*jcsWriter)
-	out, ok := w.write(w.buf[:0], raw)
-	if ok {
-		hash = sha256Hex(out)
-		if w.topObject {
-			o = append(make(object, 0, len(w.top)), w.top...)
+// hashFast is sha256Hex(canonicalFast(raw)), written in s's buffer, and, when raw is an
+// object, its members as splitObject returns them, from the same pass (o nil when raw is not an
+// object). o lives in s.
+func (s *scratch) hashFast(raw []byte) (hash string, o object, ok bool) {
+	out, ok := s.jcs.write(s.jcs.buf[:0], raw)
+	s.jcs.buf = out[:0]
+	if !ok {
+		return "", nil, false
+	}
+	if s.jcs.topObject {
+		o = object(s.jcs.top[:len(s.jcs.top):len(s.jcs.top)])
+		if o == nil {
+			o = object{}
 		}
 	}
-	if cap(out) <= MaxRecordBytes {
-		w.buf = out[:0]
-	}
-	clear(w.top)
-	w.top = w.top[:0]
-	jcsWriters.Put(w)
-	return hash, o, ok
+	return sha256Hex(out), o, true
 }
 
 func (w *jcsWriter) write(out, raw []byte) ([]byte, bool) {

@@ -107,10 +107,12 @@ func FuzzCanonicalizeMatchesRef(f *testing.F) {
 		if h, err := canonicalHash(raw); err == nil && h != refSha256Hex(rc) {
 			t.Fatalf("%q: canonicalHash = %s, want %s", orig, h, refSha256Hex(rc))
 		}
-		if h, o, ok := canonicalHashFast(raw); ok {
+		s := getScratch()
+		defer s.release()
+		if h, o, ok := s.hashFast(raw); ok {
 			so, sok := splitObject(raw)
 			if h != refSha256Hex(rc) || (o != nil) != sok || !reflect.DeepEqual(o, so) {
-				t.Fatalf("%q: canonicalHashFast = %s, %q; want %s, splitObject %q, %v", orig, h, o, refSha256Hex(rc), so, sok)
+				t.Fatalf("%q: hashFast = %s, %q; want %s, splitObject %q, %v", orig, h, o, refSha256Hex(rc), so, sok)
 			}
 		}
 	})
@@ -278,4 +280,46 @@ func FuzzMatchersMatchRegexps(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeResultsOwnTheirMemory: a decoded Attempt or Decision points neither into the record
+// it came from nor into the pooled scratch (cleared and reused by the next decode): every sample
+// is decoded from a copy, the copy is overwritten and every sample decoded again, in parallel,
+// and the first results still equal the old path's.
+func TestDecodeResultsOwnTheirMemory(t *testing.T) {
+	t.Parallel()
+
+	lines := refInputs(t)
+	type result struct {
+		a Attempt
+		d Decision
+	}
+	kept := make([]result, len(lines))
+	for i, line := range lines {
+		in := bytes.Clone(line)
+		kept[i].a, _, _ = DecodeAttemptHashed(in, refOptions[1])
+		kept[i].d, _, _ = DecodeDecisionHashed(in, refOptions[1])
+		for j := range in {
+			in[j] = 'x'
+		}
+	}
+	done := make(chan struct{})
+	for range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for _, line := range lines {
+				_, _, _ = DecodeAttemptHashed(line, refOptions[1])
+				_, _, _ = DecodeDecisionHashed(line, refOptions[1])
+			}
+		}()
+	}
+	<-done
+	<-done
+	for i, line := range lines {
+		ra, _, _ := refDecodeAttemptHashed(line, refOptions[1])
+		rd, _, _ := refDecodeDecisionHashed(line, refOptions[1])
+		if !reflect.DeepEqual(kept[i].a, ra) || !reflect.DeepEqual(kept[i].d, rd) {
+			t.Fatalf("%q: kept results changed (-ref +kept):\n%s%s", line, cmp.Diff(ra, kept[i].a), cmp.Diff(rd, kept[i].d))
+		}
+	}
 }

@@ -12,46 +12,69 @@ import (
 // returns, in one pass without reflection (the decode path's largest cost,
 // docs/performance.md "Where the end-to-end time goes"). ok is false when raw is not an object.
 func splitObject(raw []byte) (object, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
+	var members []member
+	return splitObjectInto(&members, raw)
+}
+
+// splitObjectInto is splitObject with the members appended to *members, the object being the
+// capped sub-slice they fill (so later appends never reach into it): one allocation for all the
+// objects of a record, in the pooled scratch.
+func splitObjectInto(members *[]member, raw []byte) (object, bool) {
+	start := len(*members)
+	ms, ok := appendMembers(*members, raw)
+	if !ok {
+		clear(ms[start:])
+		*members = ms[:start]
 		return nil, false
 	}
-	var first [24]member // the members, on the stack until their number is known
-	ms := first[:0]
+	*members = ms
+	if len(ms) == start {
+		return object{}, true
+	}
+	return object(ms[start:len(ms):len(ms)]), true
+}
+
+// appendMembers appends the members of the object raw to ms; ok is false when raw is not an
+// object.
+func appendMembers(ms []member, raw []byte) (_ []member, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return ms, false
+	}
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return object{}, true
+		return ms, true
 	}
 	for i < len(raw) && raw[i] == '"' {
 		end := valueEnd(raw, i)
 		name, ok := unquoteBytes(raw[i:end])
 		if !ok {
-			return nil, false
+			return ms, false
 		}
 		i = skipSpace(raw, end)
 		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
+			return ms, false
 		}
 		i = skipSpace(raw, i+1)
 		end = valueEnd(raw, i)
 		if end <= i {
-			return nil, false
+			return ms, false
 		}
 		ms = append(ms, member{name: name, raw: json.RawMessage(raw[i:end:end])})
 		i = skipSpace(raw, end)
 		if i >= len(raw) {
-			return nil, false
+			return ms, false
 		}
 		switch raw[i] {
 		case '}':
-			return append(make(object, 0, len(ms)), ms...), true
+			return ms, true
 		case ',':
 			i = skipSpace(raw, i+1)
 		default:
-			return nil, false
+			return ms, false
 		}
 	}
-	return nil, false
+	return ms, false
 }
 
 // splitArray returns the elements of raw when it is a JSON array, each its raw bytes: what
