@@ -15,7 +15,7 @@ const jcsMaxDepth = 64
 // text — escapes, fractions, exponents, -0, long integers, non-ASCII names, deep nesting — and
 // any text that is not valid JSON or has a duplicate name makes it report false, and
 // canonicalize hands the text to jsontext, whose verdict (error or bytes) is then the answer.
-// So when it reports true its output is exactly what jsontext writes (FuzzDecodeMatchesRef).
+// So when it reports true its output is exactly what jsontext writes (FuzzCanonicalizeMatchesRef).
 type jcsWriter struct {
 	in  []byte
 	i   int

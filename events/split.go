@@ -6,11 +6,12 @@ import (
 )
 
 // splitObject returns the members of raw when it is a JSON object, in their order: each name
-// unquoted, each value its raw bytes (both sharing raw's memory when the name has no escape). raw must be valid JSON without duplicate member
-// names at any depth — a record parseRecord's canonicalisation accepted, or a value inside one
-// — and for such input the result is what json.Unmarshal into map[string]json.RawMessage
-// returns, in one pass without reflection (the decode path's largest cost,
-// docs/performance.md "Where the end-to-end time goes"). ok is false when raw is not an object.
+// unquoted, each value its raw bytes (both sharing raw's memory, the name unless it has an
+// escape). raw must be valid JSON without duplicate member names at any depth — a record
+// parseRecord's canonicalisation accepted, or a value inside one — and for such input the
+// members are what json.Unmarshal into map[string]json.RawMessage returns, in one pass without
+// reflection (docs/performance.md "Where the end-to-end time goes"). The second result is false
+// when raw is not an object.
 func splitObject(raw []byte) (object, bool) {
 	var members []member
 	return splitObjectInto(&members, raw)
