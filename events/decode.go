@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,17 +12,57 @@ import (
 	"unicode/utf8"
 )
 
-var (
-	// idPattern is the format of tenantId, bookingIntentId and key subjects
-	// (docs/design.md#identities).
-	idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	// keyVersionPattern is the vN part of a key: N ≥ 1 without leading zeros.
-	keyVersionPattern = regexp.MustCompile(`^v[1-9][0-9]{0,9}$`)
-	// iataAirportPattern is an IATA airport code, either case.
-	iataAirportPattern = regexp.MustCompile(`^[A-Za-z]{3}$`)
-	// flightPattern is an IATA flight designator: airline code, 1–4 digits, optional suffix.
-	flightPattern = regexp.MustCompile(`^[A-Za-z0-9]{2}[0-9]{1,4}[A-Za-z]?$`)
-)
+// isID reports whether s is a tenantId, bookingIntentId or key subject: [A-Za-z0-9_-]{1,64}
+// (docs/design.md#identities).
+func isID(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// isKeyVersion reports whether s is the vN part of a key, N ≥ 1 without leading zeros:
+// v[1-9][0-9]{0,9}.
+func isKeyVersion(s string) bool {
+	return len(s) >= 2 && len(s) <= 11 && s[0] == 'v' && s[1] >= '1' && s[1] <= '9' && isDigits(s[2:])
+}
+
+// isIATAAirport reports whether s is an IATA airport code, either case: [A-Za-z]{3}.
+func isIATAAirport(s string) bool {
+	return len(s) == 3 && isLetter(s[0]) && isLetter(s[1]) && isLetter(s[2])
+}
+
+// isFlight reports whether s is an IATA flight designator: airline code, 1–4 digits, optional
+// suffix, [A-Za-z0-9]{2}[0-9]{1,4}[A-Za-z]?.
+func isFlight(s string) bool {
+	if len(s) < 3 || !isAlnum(s[0]) || !isAlnum(s[1]) {
+		return false
+	}
+	number := s[2:]
+	if isLetter(number[len(number)-1]) {
+		number = number[:len(number)-1]
+	}
+	return len(number) >= 1 && len(number) <= 4 && isDigits(number)
+}
+
+// isDigits reports whether every byte of s is an ASCII digit ("" is).
+func isDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+
+func isAlnum(c byte) bool { return isLetter(c) || c >= '0' && c <= '9' }
 
 // maxEventIDBytes bounds eventId, which is part of processed_event's primary key.
 const maxEventIDBytes = 256
@@ -68,24 +107,26 @@ func DecodeAttempt(raw []byte, opt DecodeOptions) (Attempt, error) {
 // DecodeAttemptHashed is DecodeAttempt that also returns CanonicalHash(raw), computed from the
 // same RFC 8785 pass that validation makes (one canonicalisation per record, not two).
 func DecodeAttemptHashed(raw []byte, opt DecodeOptions) (Attempt, string, error) {
-	o, canonical, err := parseRecord(raw)
+	s := getScratch()
+	defer s.release()
+	o, hash, err := parseRecord(raw, s)
 	if err != nil {
 		return Attempt{}, "", err
 	}
-	a, err := decodeAttempt(o, opt)
+	a, err := decodeAttempt(o, opt, s)
 	if err != nil {
 		return Attempt{}, "", err
 	}
-	return a, sha256Hex(canonical), nil
+	return a, hash, nil
 }
 
-func decodeAttempt(o object, opt DecodeOptions) (Attempt, error) {
+func decodeAttempt(o object, opt DecodeOptions, s *scratch) (Attempt, error) {
 	et, err := checkHeader(o, AttemptEventTypes())
 	if err != nil {
 		return Attempt{}, err
 	}
 
-	var v validator
+	v := validator{s: s}
 	a := Attempt{SpecVersion: SpecVersion, EventType: et}
 	a.EventID, a.OccurredAt, a.TenantID, a.BookingIntentID = v.envelope(o)
 	if s := v.str(o, "", "operation", true); s != "" && !Operation(s).Valid() {
@@ -146,24 +187,26 @@ func DecodeDecision(raw []byte, opt DecodeOptions) (Decision, error) {
 // DecodeDecisionHashed is DecodeDecision that also returns CanonicalHash(raw) from the same
 // canonicalisation pass.
 func DecodeDecisionHashed(raw []byte, opt DecodeOptions) (Decision, string, error) {
-	o, canonical, err := parseRecord(raw)
+	s := getScratch()
+	defer s.release()
+	o, hash, err := parseRecord(raw, s)
 	if err != nil {
 		return Decision{}, "", err
 	}
-	d, err := decodeDecision(o, opt)
+	d, err := decodeDecision(o, opt, s)
 	if err != nil {
 		return Decision{}, "", err
 	}
-	return d, sha256Hex(canonical), nil
+	return d, hash, nil
 }
 
-func decodeDecision(o object, opt DecodeOptions) (Decision, error) {
+func decodeDecision(o object, opt DecodeOptions, s *scratch) (Decision, error) {
 	et, err := checkHeader(o, []EventType{EventDecisionRecorded})
 	if err != nil {
 		return Decision{}, err
 	}
 
-	var v validator
+	v := validator{s: s}
 	d := Decision{SpecVersion: SpecVersion, EventType: et, Retryable: true}
 	d.EventID, d.OccurredAt, d.TenantID, d.BookingIntentID = v.envelope(o)
 	d.IdempotencyKey, _ = v.rawString(o, "", "idempotencyKey", true) // format: after step 9
@@ -210,11 +253,11 @@ func ParseKey(key string) (prefix, subject string, version int, err error) {
 	if _, ok := OperationForKeyPrefix(parts[0]); !ok {
 		return "", "", 0, keyError("prefix must be one of book, authorize, capture, modify, cancel, refund")
 	}
-	if !idPattern.MatchString(parts[1]) {
+	if !isID(parts[1]) {
 		return "", "", 0, keyError("subject must match [A-Za-z0-9_-]{1,64}")
 	}
 	n, convErr := strconv.ParseInt(strings.TrimPrefix(parts[2], "v"), 10, 32)
-	if !keyVersionPattern.MatchString(parts[2]) || convErr != nil {
+	if !isKeyVersion(parts[2]) || convErr != nil {
 		return "", "", 0, keyError("version must be v1 to v2147483647")
 	}
 	return parts[0], parts[1], int(n), nil
@@ -224,49 +267,71 @@ func keyError(desc string) *InvalidError {
 	return invalid(ReasonInvalidIdempotencyKey, "idempotencyKey", desc)
 }
 
-// object is a JSON object with its members still raw. Keys are exact (encoding/json only folds
-// case when decoding into structs).
-type object map[string]json.RawMessage
+// object is a JSON object with its members still raw, in the order written and without
+// duplicate names (parseRecord's canonicalisation refuses them). Names are exact (encoding/json
+// only folds case when decoding into structs). A record has about a dozen members, so a lookup
+// is a scan, not a map.
+type object []member
 
-// parseRecord runs steps 1 and 2; a null value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at any depth, bad
-// syntax, trailing data, lone surrogates and numbers beyond float64; splitObject then insists
-// on an object.
-func parseRecord(raw []byte) (object, []byte, error) {
+// member is one member of an object: its unquoted name and its raw value.
+type member struct {
+	name []byte
+	raw  json.RawMessage
+}
+
+// get returns the raw value of the member name, nil when there is none.
+func (o object) get(name string) json.RawMessage {
+	for i := range o {
+		if string(o[i].name) == name {
+			return o[i].raw
+		}
+	}
+	return nil
+}
+
+// parseRecord runs steps 1 and 2 and returns the record's members and CanonicalHash; a null
+// value (a tombstone) or an empty one is invalid_json. Canonicalisation rejects duplicate keys at
+// any depth, bad syntax, trailing data, lone surrogates and numbers beyond float64; splitObject
+// then insists on an object.
+func parseRecord(raw []byte, s *scratch) (object, string, error) {
 	switch {
 	case raw == nil:
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record value is null (a Kafka tombstone)")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record value is null (a Kafka tombstone)")
 	case len(raw) == 0:
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record value is empty")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record value is empty")
 	}
 	if len(raw) > MaxRecordBytes {
-		return nil, nil, invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
+		return nil, "", invalid(ReasonTooLarge, "", fmt.Sprintf("record exceeds %d bytes", MaxRecordBytes))
 	}
 	if !utf8.Valid(raw) {
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not UTF-8")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record is not UTF-8")
+	}
+	if hash, o, ok := s.hashFast(raw); ok && o != nil {
+		return o, hash, nil // the record's members split in the same pass
 	}
 	// The canonicaliser's error text may quote the record, so it is dropped.
-	canonical, err := canonicalize(raw)
+	hash, err := canonicalHash(raw)
 	if err != nil {
-		return nil, nil, invalid(ReasonInvalidJSON, "",
+		return nil, "", invalid(ReasonInvalidJSON, "",
 			"record is not I-JSON (syntax, duplicate key, lone surrogate or number range)")
 	}
-	o, ok := splitObject(raw)
+	o, ok := splitObjectInto(&s.members, raw)
 	if !ok {
-		return nil, nil, invalid(ReasonInvalidJSON, "", "record is not a JSON object")
+		return nil, "", invalid(ReasonInvalidJSON, "", "record is not a JSON object")
 	}
-	return o, canonical, nil
+	return o, hash, nil
 }
 
 // checkHeader runs steps 3 and 4: specVersion, then eventType against allowed.
 func checkHeader(o object, allowed []EventType) (EventType, error) {
-	raw := o["specVersion"]
+	raw := o.get("specVersion")
 	if isAbsent(raw) {
 		return "", invalid(ReasonMissingField, "specVersion", "required")
 	}
 	if n, err := strconv.Atoi(string(raw)); err != nil || n != SpecVersion {
 		return "", invalid(ReasonUnsupportedSpecVersion, "specVersion", "must be the integer 1")
 	}
-	raw = o["eventType"]
+	raw = o.get("eventType")
 	if isAbsent(raw) {
 		return "", invalid(ReasonMissingField, "eventType", "required")
 	}
@@ -303,8 +368,11 @@ func joinOps() string {
 }
 
 // validator runs steps 5 and 6 over the whole record and keeps the verdict: the first
-// missing_field if any, else the first invalid_field.
-type validator struct{ err *InvalidError }
+// missing_field if any, else the first invalid_field. The objects it splits go in s.
+type validator struct {
+	err *InvalidError
+	s   *scratch
+}
 
 func (v *validator) set(e *InvalidError) {
 	if v.err == nil || (v.err.Reason == ReasonInvalidField && e.Reason == ReasonMissingField) {
@@ -319,28 +387,27 @@ func (v *validator) missing(field, desc string) { v.fail(ReasonMissingField, fie
 func (v *validator) bad(field, desc string) { v.fail(ReasonInvalidField, field, desc) }
 
 // get returns the member name of o, nil when absent or null (recorded as missing when
-// required), and its path.
-func (v *validator) get(o object, path, name string, required bool) (json.RawMessage, string) {
-	p := join(path, name)
-	raw := o[name]
+// required). The member's path, join(path, name), is built only for an error.
+func (v *validator) get(o object, path, name string, required bool) json.RawMessage {
+	raw := o.get(name)
 	if isAbsent(raw) {
 		if required {
-			v.missing(p, "required")
+			v.missing(join(path, name), "required")
 		}
-		return nil, p
+		return nil
 	}
-	return raw, p
+	return raw
 }
 
 // rawString returns a string member and whether it is present and a string; "" when absent.
 func (v *validator) rawString(o object, path, name string, required bool) (string, bool) {
-	raw, p := v.get(o, path, name, required)
+	raw := v.get(o, path, name, required)
 	if raw == nil {
 		return "", false
 	}
 	s, ok := stringValue(raw)
 	if !ok {
-		v.bad(p, "must be a string")
+		v.bad(join(path, name), "must be a string")
 		return "", false
 	}
 	return s, true
@@ -369,10 +436,10 @@ func (v *validator) str(o object, path, name string, required bool) string {
 	return s
 }
 
-// match returns a required string member that must match re.
-func (v *validator) match(o object, path, name string, re *regexp.Regexp, desc string) string {
+// match returns a required string member that must be well formed.
+func (v *validator) match(o object, path, name string, wellFormed func(string) bool, desc string) string {
 	s := v.str(o, path, name, true)
-	if s != "" && !re.MatchString(s) {
+	if s != "" && !wellFormed(s) {
 		v.bad(join(path, name), desc)
 	}
 	return s
@@ -393,13 +460,13 @@ func (v *validator) date(o object, path, name string) (string, time.Time) {
 
 // version returns a required integer member in 1..2^31−1, written as an integer literal.
 func (v *validator) version(o object, path, name string) int {
-	raw, p := v.get(o, path, name, true)
+	raw := v.get(o, path, name, true)
 	if raw == nil {
 		return 0
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 32)
 	if err != nil || n < 1 || n > math.MaxInt32 {
-		v.bad(p, "must be an integer from 1 to 2147483647")
+		v.bad(join(path, name), "must be an integer from 1 to 2147483647")
 		return 0
 	}
 	return int(n)
@@ -407,7 +474,7 @@ func (v *validator) version(o object, path, name string) int {
 
 // boolean returns a boolean member; nil when absent or null.
 func (v *validator) boolean(o object, path, name string, required bool) *bool {
-	raw, p := v.get(o, path, name, required)
+	raw := v.get(o, path, name, required)
 	switch string(raw) {
 	case "":
 		return nil
@@ -415,23 +482,19 @@ func (v *validator) boolean(o object, path, name string, required bool) *bool {
 		b := string(raw) == "true"
 		return &b
 	}
-	v.bad(p, "must be true or false")
+	v.bad(join(path, name), "must be true or false")
 	return nil
 }
 
 // obj returns an object member; nil when absent or null.
 func (v *validator) obj(o object, path, name string, required bool) object {
-	raw, p := v.get(o, path, name, required)
+	raw := v.get(o, path, name, required)
 	if raw == nil {
 		return nil
 	}
-	return v.asObject(raw, p)
-}
-
-func (v *validator) asObject(raw json.RawMessage, p string) object {
-	m, ok := splitObject(raw)
+	m, ok := splitObjectInto(&v.s.members, raw)
 	if !ok {
-		v.bad(p, "must be an object")
+		v.bad(join(path, name), "must be an object")
 		return nil
 	}
 	return m
@@ -449,8 +512,8 @@ func (v *validator) envelope(o object) (eventID string, at time.Time, tenant, in
 			v.bad("occurredAt", "must be an RFC 3339 timestamp")
 		}
 	}
-	tenant = v.match(o, "", "tenantId", idPattern, "must match [A-Za-z0-9_-]{1,64}")
-	intent = v.match(o, "", "bookingIntentId", idPattern, "must match [A-Za-z0-9_-]{1,64}")
+	tenant = v.match(o, "", "tenantId", isID, "must match [A-Za-z0-9_-]{1,64}")
+	intent = v.match(o, "", "bookingIntentId", isID, "must match [A-Za-z0-9_-]{1,64}")
 	return eventID, at, tenant, intent
 }
 
@@ -483,7 +546,7 @@ func (v *validator) request(o object, op Operation) *Request {
 	if !op.HasFingerprint() {
 		return r
 	}
-	hasStay, hasSegments := !isAbsent(ro["stay"]), !isAbsent(ro["segments"])
+	hasStay, hasSegments := !isAbsent(ro.get("stay")), !isAbsent(ro.get("segments"))
 	switch {
 	case !hasStay && !hasSegments:
 		v.missing("request.stay", "one of stay or segments is required")
@@ -504,7 +567,7 @@ func (v *validator) amount(ro object) *Amount {
 		return nil
 	}
 	a := &Amount{}
-	raw, vp := v.get(ao, p, "value", true)
+	raw := v.get(ao, p, "value", true)
 	typed := false
 	switch {
 	case raw == nil:
@@ -514,7 +577,7 @@ func (v *validator) amount(ro object) *Amount {
 		a.Value, typed = string(raw), true // a JSON number, kept as its literal text
 	}
 	if raw != nil && !typed {
-		v.bad(vp, "must be a decimal string or a JSON number")
+		v.bad(p+".value", "must be a decimal string or a JSON number")
 	}
 	a.Currency = v.str(ao, p, "currency", true)
 	if typed && a.Currency != "" {
@@ -542,7 +605,8 @@ func (v *validator) stay(ro object) *Stay {
 }
 
 func (v *validator) segments(ro object) []Segment {
-	raw, p := v.get(ro, "request", "segments", true)
+	const p = "request.segments"
+	raw := v.get(ro, "request", "segments", true)
 	elems, ok := splitArray(raw)
 	if raw == nil || !ok {
 		v.bad(p, "must be an array")
@@ -554,17 +618,18 @@ func (v *validator) segments(ro object) []Segment {
 	}
 	segs := make([]Segment, 0, len(elems))
 	for i, e := range elems {
-		ep := fmt.Sprintf("%s[%d]", p, i)
-		so := v.asObject(e, ep)
-		if so == nil {
+		ep := p + "[" + strconv.Itoa(i) + "]"
+		so, ok := splitObjectInto(&v.s.members, e)
+		if !ok {
+			v.bad(ep, "must be an object")
 			continue
 		}
 		s := Segment{
-			From: v.match(so, ep, "from", iataAirportPattern, "must be a three-letter IATA code"),
-			To:   v.match(so, ep, "to", iataAirportPattern, "must be a three-letter IATA code"),
+			From: v.match(so, ep, "from", isIATAAirport, "must be a three-letter IATA code"),
+			To:   v.match(so, ep, "to", isIATAAirport, "must be a three-letter IATA code"),
 		}
 		s.Date, _ = v.date(so, ep, "date")
-		s.Flight = v.match(so, ep, "flight", flightPattern, "must be an IATA flight designator")
+		s.Flight = v.match(so, ep, "flight", isFlight, "must be an IATA flight designator")
 		segs = append(segs, s)
 	}
 	return segs

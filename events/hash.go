@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/big"
-	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/shopspring/decimal"
@@ -20,8 +19,49 @@ import (
 // RFC 8785 (IEEE 754 double) number holds exactly, so the canonical request stays exact.
 const MaxMinorUnits = 1<<53 - 1
 
-// decimalPattern is the RFC 8259 number grammar, used for amount values in either form.
-var decimalPattern = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+// isDecimal reports whether s has the RFC 8259 number grammar, used for amount values in either
+// form: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func isDecimal(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		i = digitsEnd(s, i+1)
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		if j := digitsEnd(s, i+1); j > i+1 {
+			i = j
+		} else {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if j := digitsEnd(s, i); j > i {
+			i = j
+		} else {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// digitsEnd is the index of the first byte at or after i in s that is not an ASCII digit.
+func digitsEnd(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
 
 // MinorUnits converts value, an amount in major units, to an integer count of currency's minor
 // units, exactly (docs/design.md#request-hash): minor = value × 10^CurrencyExponent(currency).
@@ -44,8 +84,11 @@ func minorUnits(value, currency, path string) (int64, *InvalidError) {
 	bad := func(name, desc string) (int64, *InvalidError) {
 		return 0, invalid(ReasonInvalidField, join(path, name), desc)
 	}
-	if !decimalPattern.MatchString(value) {
+	if !isDecimal(value) {
 		return bad("value", "must be a decimal number")
+	}
+	if n, plain, err := plainMinorUnits(value, currency, path); plain {
+		return n, err
 	}
 	// Trailing fraction zeros are dropped from the text first, so they can never change the
 	// result, not even through decimal's exponent limit.
@@ -84,20 +127,47 @@ func minorUnits(value, currency, path string) (int64, *InvalidError) {
 	return n.Int64(), nil
 }
 
-// canonicalAmount is amount as hashed: currency and integer minor units.
-type canonicalAmount struct {
-	Currency string `json:"currency"`
-	Minor    int64  `json:"minor"`
-}
-
-// canonicalRequest is the hashed projection of a request; absent members are omitted.
-type canonicalRequest struct {
-	Operation    Operation        `json:"operation"`
-	OfferVersion string           `json:"offerVersion,omitempty"`
-	TravellerRef string           `json:"travellerRef,omitempty"`
-	Amount       *canonicalAmount `json:"amount,omitempty"`
-	Stay         *Stay            `json:"stay,omitempty"`
-	Segments     []Segment        `json:"segments,omitempty"`
+// plainMinorUnits is minorUnits, its checks in the same order, for a value isDecimal accepted
+// that has no exponent and whose digits, with the currency's exponent, fit 18 decimal digits:
+// integer arithmetic instead of decimal's. plain is false for any other value.
+func plainMinorUnits(value, currency, path string) (n int64, plain bool, _ *InvalidError) {
+	bad := func(name, desc string) (int64, bool, *InvalidError) {
+		return 0, true, invalid(ReasonInvalidField, join(path, name), desc)
+	}
+	digits, negative := strings.CutPrefix(value, "-")
+	whole, fraction, _ := strings.Cut(digits, ".")
+	fraction = strings.TrimRight(fraction, "0")
+	if strings.ContainsAny(digits, "eE") || len(whole)+len(fraction) > 18 {
+		return 0, false, nil
+	}
+	zero := whole == "0" && fraction == ""
+	if negative && !zero {
+		return bad("value", "must not be negative")
+	}
+	exp, ok := CurrencyExponent(currency)
+	switch {
+	case !ok:
+		return bad("currency", "must be an upper-case ISO 4217 code")
+	case zero:
+		return 0, true, nil
+	case len(fraction) > exp:
+		return bad("value", "has more decimal places than the currency allows")
+	case len(whole)+exp > 18:
+		return 0, false, nil
+	}
+	for i := range len(whole) {
+		n = n*10 + int64(whole[i]-'0')
+	}
+	for i := range exp {
+		n *= 10
+		if i < len(fraction) {
+			n += int64(fraction[i] - '0')
+		}
+	}
+	if n > MaxMinorUnits {
+		return bad("value", "exceeds the largest amount")
+	}
+	return n, true, nil
 }
 
 // CanonicalRequest returns the RFC 8785 canonical JSON that RequestHash digests
@@ -113,24 +183,70 @@ type canonicalRequest struct {
 // "request"), or an amount MinorUnits rejects (invalid_field "request.amount.value" or
 // "request.amount.currency").
 func CanonicalRequest(op Operation, r *Request) ([]byte, error) {
+	return appendCheckedRequest(nil, op, r)
+}
+
+// appendCheckedRequest appends CanonicalRequest(op, r) to b, or returns its error.
+func appendCheckedRequest(b []byte, op Operation, r *Request) ([]byte, error) {
 	if !op.Valid() {
 		return nil, invalid(ReasonInvalidField, "operation", "must be one of "+joinOps())
 	}
 	if r == nil {
 		return nil, invalid(ReasonMissingField, "request", "required")
 	}
-	c := canonicalRequest{Operation: op, OfferVersion: r.OfferVersion, TravellerRef: r.TravellerRef}
+	var minor int64
 	if r.Amount != nil {
-		minor, err := minorUnits(r.Amount.Value, r.Amount.Currency, "request.amount")
+		n, err := minorUnits(r.Amount.Value, r.Amount.Currency, "request.amount")
 		if err != nil {
 			return nil, err
 		}
-		c.Amount = &canonicalAmount{Currency: r.Amount.Currency, Minor: minor}
+		minor = n
 	}
-	if op.HasFingerprint() {
-		c.Stay, c.Segments = r.Stay, r.Segments
+	return appendCanonicalRequest(b, op, r, minor), nil
+}
+
+// appendCanonicalRequest appends CanonicalRequest(op, r) to b, minor being r.Amount's minor
+// units: the members in RFC 8785 order (all names ASCII, so UTF-16 order is byte order), each
+// value written as RFC 8785 writes the json.Marshal output the hash was first defined on.
+func appendCanonicalRequest(b []byte, op Operation, r *Request, minor int64) []byte {
+	b = append(b, '{')
+	sep := false
+	member := func(name string) {
+		if sep {
+			b = append(b, ',')
+		}
+		sep = true
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
 	}
-	return canonicalJSON(c)
+	if r.Amount != nil {
+		member("amount")
+		b = append(b, `{"currency":`...)
+		b = appendCanonicalString(b, r.Amount.Currency)
+		b = append(b, `,"minor":`...)
+		b = strconv.AppendInt(b, minor, 10)
+		b = append(b, '}')
+	}
+	if r.OfferVersion != "" {
+		member("offerVersion")
+		b = appendCanonicalString(b, r.OfferVersion)
+	}
+	member("operation")
+	b = appendCanonicalString(b, string(op))
+	if op.HasFingerprint() && len(r.Segments) > 0 {
+		member("segments")
+		b = appendSegments(b, r.Segments, false)
+	}
+	if op.HasFingerprint() && r.Stay != nil {
+		member("stay")
+		b = appendStay(b, r.Stay)
+	}
+	if r.TravellerRef != "" {
+		member("travellerRef")
+		b = appendCanonicalString(b, r.TravellerRef)
+	}
+	return append(b, '}')
 }
 
 // RequestHash returns the request hash of r for op: the lowercase hex SHA-256 of
@@ -138,18 +254,12 @@ func CanonicalRequest(op Operation, r *Request) ([]byte, error) {
 // trailing zeros or form (string or JSON number); member order and whitespace of the original
 // record never matter. Errors are those of CanonicalRequest.
 func RequestHash(op Operation, r *Request) (string, error) {
-	b, err := CanonicalRequest(op, r)
+	var buf [512]byte
+	b, err := appendCheckedRequest(buf[:0], op, r)
 	if err != nil {
 		return "", err
 	}
 	return sha256Hex(b), nil
-}
-
-// fingerprintDoc is the projection Fingerprint digests.
-type fingerprintDoc struct {
-	TravellerRef string    `json:"travellerRef,omitempty"`
-	Stay         *Stay     `json:"stay,omitempty"`
-	Segments     []Segment `json:"segments,omitempty"`
 }
 
 // Fingerprint returns the lookup fingerprint of a BOOK or MODIFY request
@@ -169,22 +279,97 @@ func Fingerprint(op Operation, r *Request) string {
 	if !op.HasFingerprint() || r == nil || (r.Stay == nil && len(r.Segments) == 0) {
 		return ""
 	}
-	doc := fingerprintDoc{TravellerRef: r.TravellerRef, Stay: r.Stay}
+	var buf [256]byte
+	b := append(buf[:0], '{')
 	if r.Stay == nil {
-		for _, s := range r.Segments {
-			doc.Segments = append(doc.Segments, Segment{
-				From:   strings.ToUpper(s.From),
-				To:     strings.ToUpper(s.To),
-				Date:   s.Date,
-				Flight: strings.ToUpper(s.Flight),
-			})
+		b = append(b, `"segments":`...)
+		b = appendSegments(b, r.Segments, true)
+	} else {
+		b = append(b, `"stay":`...)
+		b = appendStay(b, r.Stay)
+	}
+	if r.TravellerRef != "" {
+		b = append(b, `,"travellerRef":`...)
+		b = appendCanonicalString(b, r.TravellerRef)
+	}
+	return sha256Hex(append(b, '}'))
+}
+
+// appendStay appends s as RFC 8785 JSON: {"checkIn","checkOut","propertyId"}.
+func appendStay(b []byte, s *Stay) []byte {
+	b = append(b, `{"checkIn":`...)
+	b = appendCanonicalString(b, s.CheckIn)
+	b = append(b, `,"checkOut":`...)
+	b = appendCanonicalString(b, s.CheckOut)
+	b = append(b, `,"propertyId":`...)
+	b = appendCanonicalString(b, s.PropertyID)
+	return append(b, '}')
+}
+
+// appendSegments appends segs as an RFC 8785 array of {"date","flight","from","to"}, from, to
+// and flight upper-cased when upper (the fingerprint's form).
+func appendSegments(b []byte, segs []Segment, upper bool) []byte {
+	b = append(b, '[')
+	for i, s := range segs {
+		if i > 0 {
+			b = append(b, ',')
 		}
+		if upper {
+			s.From, s.To, s.Flight = strings.ToUpper(s.From), strings.ToUpper(s.To), strings.ToUpper(s.Flight)
+		}
+		b = append(b, `{"date":`...)
+		b = appendCanonicalString(b, s.Date)
+		b = append(b, `,"flight":`...)
+		b = appendCanonicalString(b, s.Flight)
+		b = append(b, `,"from":`...)
+		b = appendCanonicalString(b, s.From)
+		b = append(b, `,"to":`...)
+		b = appendCanonicalString(b, s.To)
+		b = append(b, '}')
 	}
-	b, err := canonicalJSON(doc)
-	if err != nil { // unreachable: json.Marshal output of strings is always valid I-JSON
-		return ""
+	return append(b, ']')
+}
+
+// appendCanonicalString appends s as RFC 8785 writes the JSON string json.Marshal makes of it:
+// each byte that is not part of valid UTF-8 becomes U+FFFD (json.Marshal's coercion), '"' and
+// '\\' are escaped, control characters are \b, \t, \n, \f, \r or \u00xx (lower-case hex),
+// everything else is written as is (RFC 8785 §3.2.2.2).
+func appendCanonicalString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, "\ufffd"...)
+			} else {
+				b = append(b, s[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c >= 0x20:
+			b = append(b, c)
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
 	}
-	return sha256Hex(b)
+	return append(b, '"')
 }
 
 // CanonicalHash returns the lowercase hex SHA-256 of the RFC 8785 canonical form of a whole JSON
@@ -193,32 +378,38 @@ func Fingerprint(op Operation, r *Request) string {
 // and 249.90 hash alike. Every record DecodeAttempt or DecodeDecision accepts has one; the error
 // (not an *InvalidError; it never quotes the record) is for input that is not I-JSON.
 func CanonicalHash(raw []byte) (string, error) {
-	b, err := canonicalize(raw)
+	h, err := canonicalHash(raw)
 	if err != nil {
 		return "", errors.New("events: canonical hash: record is not I-JSON")
 	}
-	return sha256Hex(b), nil
+	return h, nil
 }
 
-// canonicalJSON marshals v and canonicalises it with RFC 8785.
-func canonicalJSON(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
+// canonicalHash is sha256Hex(canonicalize(raw)), or canonicalize's error.
+func canonicalHash(raw []byte) (string, error) {
+	s := getScratch()
+	h, _, ok := s.hashFast(raw)
+	s.release()
+	if ok {
+		return h, nil
+	}
+	b, err := canonicalize(raw)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	c := jsontext.Value(b)
-	if err := c.Canonicalize(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return sha256Hex(b), nil
 }
 
 // canonicalize returns the RFC 8785 canonical form of the JSON text raw, in a new slice (raw is
 // left as it is). It fails on anything that is not I-JSON (RFC 7493): bad syntax, trailing data,
 // duplicate member names at any depth, invalid UTF-8 or lone surrogates, numbers beyond float64.
 // The implementation is jsontext's (the Go team's encoding/json/v2 text layer, as a module);
-// the tests cross-check it against github.com/gowebpki/jcs, of the RFC's reference lineage.
+// the tests cross-check it against github.com/gowebpki/jcs, of the RFC's reference lineage. The
+// texts records are made of take a faster path of the same result first (jcsWriter).
 func canonicalize(raw []byte) ([]byte, error) {
+	if c, ok := canonicalFast(make([]byte, 0, len(raw)), raw); ok {
+		return c, nil
+	}
 	c := jsontext.Value(bytes.Clone(raw))
 	if err := c.Canonicalize(); err != nil {
 		return nil, err
@@ -259,5 +450,7 @@ func finiteNumbers(raw []byte) error {
 
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], sum[:])
+	return string(text[:])
 }

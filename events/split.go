@@ -5,52 +5,77 @@ import (
 	"encoding/json"
 )
 
-// splitObject returns the members of raw when it is a JSON object: each name unquoted, each
-// value its raw bytes (sharing raw's memory). raw must be valid JSON without duplicate member
-// names at any depth — a record parseRecord's canonicalisation accepted, or a value inside one
-// — and for such input the result is what json.Unmarshal into map[string]json.RawMessage
-// returns, in one pass without reflection (the decode path's largest cost,
-// docs/performance.md "Where the end-to-end time goes"). ok is false when raw is not an object.
-func splitObject(raw []byte) (o object, ok bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
+// splitObject returns the members of raw when it is a JSON object, in their order: each name
+// unquoted, each value its raw bytes (both sharing raw's memory, the name unless it has an
+// escape). raw must be valid JSON without duplicate member names at any depth — a record
+// parseRecord's canonicalisation accepted, or a value inside one — and for such input the
+// members are what json.Unmarshal into map[string]json.RawMessage returns, in one pass without
+// reflection (docs/performance.md "Where the end-to-end time goes"). The second result is false
+// when raw is not an object.
+func splitObject(raw []byte) (object, bool) {
+	var members []member
+	return splitObjectInto(&members, raw)
+}
+
+// splitObjectInto is splitObject with the members appended to *members, the object being the
+// capped sub-slice they fill (so later appends never reach into it): one allocation for all the
+// objects of a record, in the pooled scratch.
+func splitObjectInto(members *[]member, raw []byte) (object, bool) {
+	start := len(*members)
+	ms, ok := appendMembers(*members, raw)
+	if !ok {
+		clear(ms[start:])
+		*members = ms[:start]
 		return nil, false
 	}
-	o = object{}
+	*members = ms
+	if len(ms) == start {
+		return object{}, true
+	}
+	return object(ms[start:len(ms):len(ms)]), true
+}
+
+// appendMembers appends the members of the object raw to ms; ok is false when raw is not an
+// object.
+func appendMembers(ms []member, raw []byte) (_ []member, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return ms, false
+	}
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return o, true
+		return ms, true
 	}
 	for i < len(raw) && raw[i] == '"' {
 		end := valueEnd(raw, i)
-		name, ok := unquote(raw[i:end])
+		name, ok := unquoteBytes(raw[i:end])
 		if !ok {
-			return nil, false
+			return ms, false
 		}
 		i = skipSpace(raw, end)
 		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
+			return ms, false
 		}
 		i = skipSpace(raw, i+1)
 		end = valueEnd(raw, i)
 		if end <= i {
-			return nil, false
+			return ms, false
 		}
-		o[name] = json.RawMessage(raw[i:end:end])
+		ms = append(ms, member{name: name, raw: json.RawMessage(raw[i:end:end])})
 		i = skipSpace(raw, end)
 		if i >= len(raw) {
-			return nil, false
+			return ms, false
 		}
 		switch raw[i] {
 		case '}':
-			return o, true
+			return ms, true
 		case ',':
 			i = skipSpace(raw, i+1)
 		default:
-			return nil, false
+			return ms, false
 		}
 	}
-	return nil, false
+	return ms, false
 }
 
 // splitArray returns the elements of raw when it is a JSON array, each its raw bytes: what
@@ -88,17 +113,20 @@ func splitArray(raw []byte) (elems []json.RawMessage, ok bool) {
 	return nil, false
 }
 
-// unquote is the value of the JSON string q (quotes included): its bytes between the quotes
-// when it has no escape, else encoding/json's reading of it.
-func unquote(q []byte) (string, bool) {
+// unquoteBytes is the value of the JSON string q (quotes included): its bytes between the quotes
+// (sharing q's memory) when it has no escape, else encoding/json's reading of it.
+func unquoteBytes(q []byte) ([]byte, bool) {
 	if len(q) < 2 || q[0] != '"' || q[len(q)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1]), true
+		return q[1 : len(q)-1 : len(q)-1], true
 	}
 	var s string
-	return s, json.Unmarshal(q, &s) == nil
+	if json.Unmarshal(q, &s) != nil {
+		return nil, false
+	}
+	return []byte(s), true
 }
 
 func skipSpace(raw []byte, i int) int {

@@ -49,7 +49,7 @@ func checkSplit(t *testing.T, raw []byte) {
 	var want map[string]json.RawMessage
 	werr := json.Unmarshal(raw, &want)
 	got, ok := splitObject(raw)
-	if ok != (werr == nil && want != nil) || (ok && !cmp.Equal(map[string]json.RawMessage(got), want)) {
+	if ok != (werr == nil && want != nil) || (ok && (len(got) != len(want) || !cmp.Equal(got.asMap(), want))) {
 		t.Fatalf("splitObject(%q) = %q, %v; json.Unmarshal: %q, %v", raw, got, ok, want, werr)
 	}
 	var wantArr []json.RawMessage
@@ -58,10 +58,23 @@ func checkSplit(t *testing.T, raw []byte) {
 	if aok != (aerr == nil && wantArr != nil) || (aok && !cmp.Equal(arr, wantArr)) {
 		t.Fatalf("splitArray(%q) = %q, %v; json.Unmarshal: %q, %v", raw, arr, aok, wantArr, aerr)
 	}
-	for _, v := range got {
-		checkSplit(t, v)
+	for _, m := range got {
+		checkSplit(t, m.raw)
 	}
 	for _, v := range arr {
 		checkSplit(t, v)
 	}
+}
+
+// asMap is o as a map of its names to their raw values (nil stays nil); with len(o) it says
+// whether o equals what json.Unmarshal into map[string]json.RawMessage gives.
+func (o object) asMap() map[string]json.RawMessage {
+	if o == nil {
+		return nil
+	}
+	m := make(map[string]json.RawMessage, len(o))
+	for _, mem := range o {
+		m[string(mem.name)] = mem.raw
+	}
+	return m
 }
