@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 )
@@ -72,15 +74,8 @@ func TestBatchReadsProbeIndexes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var plan []string
-				for rows.Next() {
-					var line string
-					if err := rows.Scan(&line); err != nil {
-						t.Fatal(err)
-					}
-					plan = append(plan, line)
-				}
-				if err := rows.Err(); err != nil {
+				plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
 					t.Fatal(err)
 				}
 				p := strings.Join(plan, "\n")
