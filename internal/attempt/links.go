@@ -40,7 +40,7 @@ type Links struct {
 // ingester instances do, settled in commit order (docs/design.md#transactions-and-locks).
 func ReadLinks(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, evs []events.Attempt, decs []events.Decision) (Links, error) {
+}, evs []*events.Attempt, decs []*events.Decision) (Links, error) {
 	l := Links{KeyIntents: map[[2]string]string{}, KeptRefs: map[[2]string][]string{}, Holders: map[string][][2]string{}}
 	keyAt := map[[2]string]int{}
 	var tenants, keys, provs, ops, intents []string

@@ -302,14 +302,14 @@ func (in *Ingester) dedupOutcome(o processedevent.Outcome, topic, eventID string
 // storedLinks reads what items' records reach through stored rows (attempt.ReadLinks: one
 // unlocked statement) as links for splitLanes (linkIdentities).
 func (in *Ingester) storedLinks(ctx context.Context, items []item) (map[identity][]identity, error) {
-	var evs []events.Attempt
-	var decs []events.Decision
+	evs := make([]*events.Attempt, 0, len(items))
+	var decs []*events.Decision
 	for i := range items {
 		if a := items[i].attempt; a != nil {
-			evs = append(evs, *a)
+			evs = append(evs, a)
 		}
 		if d := items[i].decision; d != nil {
-			decs = append(decs, *d)
+			decs = append(decs, d)
 		}
 	}
 	l, err := attempt.ReadLinks(ctx, in.pool, evs, decs)
