@@ -294,7 +294,8 @@ func TestBulkClaimConflictEvent(t *testing.T) {
 }
 
 // stmtNames is a pgx.QueryTracer that records, while on, the name (attempt.Statements) of every
-// statement a connection runs, "insert outbox" for internal/outbox's insert, or "other: <its
+// statement a connection runs, "insert outbox" for internal/outbox's insert (its facts
+// statement; the rows follow as a COPY, which a QueryTracer does not see), or "other: <its
 // text>".
 type stmtNames struct {
 	mu     sync.Mutex
@@ -318,7 +319,7 @@ func (s *stmtNames) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	return ctx
 }
 
-var outboxInsert = regexp.MustCompile(`(?i)\binsert into outbox\b`)
+var outboxInsert = regexp.MustCompile(`(?i)\binsert into outbox(_fact)?\b`)
 
 func (s *stmtNames) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 

@@ -3,7 +3,9 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -94,5 +96,58 @@ func TestWriterAndSetAsideTooling(t *testing.T) {
 	}
 	if n, _, err := outbox.Backlog(ctx, pool); err != nil || n != 3 {
 		t.Errorf("Backlog after the discard = %d, %v; want 3", n, err)
+	}
+}
+
+// TestInsertManyKeepsFirstOfEachFact: InsertMany writes, in slice order, the first row of each
+// (topic, eventId) — its value and headers, not a later repeat's — both when every fact is new
+// (all copied) and when some were recorded before (only the new ones copied).
+func TestInsertManyKeepsFirstOfEachFact(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	m := func(topic, id, value string) outbox.Message {
+		return outbox.Message{Topic: topic, Key: []byte("k-" + id), Value: []byte(value), EventID: id,
+			Headers: []outbox.Header{{Key: "ce_id", Value: id}, {Key: "x", Value: value}}}
+	}
+	write := func(msgs ...outbox.Message) {
+		t.Helper()
+		if err := postgres.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.InsertMany(ctx, tx, msgs) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(m("a", "e2", "first e2"), m("a", "e1", "first e1"), m("a", "e2", "second e2"), m("b", "e2", "b e2"))
+	write(m("a", "e1", "again e1"), m("a", "e4", "first e4"), m("b", "e2", "again b e2"), m("a", "e3", "first e3"), m("a", "e4", "second e4"))
+	rows, err := pool.Query(ctx, `SELECT topic || '/' || event_id || '=' || convert_from(value, 'UTF8') || ' key ' || convert_from(record_key, 'UTF8'), headers
+		FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var row string
+		var headers []byte
+		if err := rows.Scan(&row, &headers); err != nil {
+			t.Fatal(err)
+		}
+		hs, err := outbox.DecodeHeaders(headers, row[strings.Index(row, "/")+1:strings.Index(row, "=")], []byte("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %v", row, hs[1:]))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"a/e2=first e2 key k-e2 [{x first e2}]", "a/e1=first e1 key k-e1 [{x first e1}]", "b/e2=b e2 key k-e2 [{x b e2}]",
+		"a/e4=first e4 key k-e4 [{x first e4}]", "a/e3=first e3 key k-e3 [{x first e3}]",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outbox rows in id order:\n got %q\nwant %q", got, want)
+	}
+	var facts int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_fact`).Scan(&facts); err != nil || facts != 5 {
+		t.Fatalf("outbox_fact rows = %d, %v; want 5", facts, err)
 	}
 }

@@ -7,21 +7,14 @@
 -- (discarded_at, kept with its reason); set aside while pending with set_aside_at set.
 -- outbox_fact keeps every (topic, event_id) ever written.
 
--- name: outbox_insert_many
--- $1 topics, $2 record keys, $3 values, $4 headers (headers.go's encoding), $5 eventIds, as
--- parallel arrays; ids ascend in array order. A (topic, eventId) that outbox_fact holds
--- already, or that repeats earlier in the arrays, writes nothing.
-WITH u AS (
-    SELECT DISTINCT ON (t, e) t, k, v, h, e, n
-    FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bytea[], $5::text[]) WITH ORDINALITY AS u(t, k, v, h, e, n)
-    ORDER BY t, e, n
-), f AS (
-    INSERT INTO outbox_fact (topic, event_id) SELECT t, e FROM u ORDER BY n
-    ON CONFLICT DO NOTHING
-    RETURNING topic, event_id
-)
-INSERT INTO outbox (topic, record_key, value, headers, event_id)
-SELECT u.t, u.k, u.v, u.h, u.e FROM u JOIN f ON f.topic = u.t AND f.event_id = u.e ORDER BY u.n;
+-- name: outbox_fact_insert_many
+-- $1 topics, $2 eventIds, as parallel arrays without repeats (InsertMany drops them): records
+-- each fact not recorded yet and returns those it recorded. InsertMany then copies the rows of
+-- the facts returned into the outbox (COPY), so a fact re-derived writes nothing.
+INSERT INTO outbox_fact (topic, event_id)
+SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT DO NOTHING
+RETURNING topic, event_id;
 
 -- name: outbox_list_set_aside
 -- $1 limit; oldest first, with what the record's size is computed from.
