@@ -327,22 +327,21 @@ func linkIdentities(l attempt.Links) map[identity][]identity {
 	holders := func(ref string) []identity {
 		var ids []identity
 		for _, h := range l.Holders[ref] {
-			ids = append(ids, identity{'i', h[0], h[1]})
+			ids = append(ids, identityOf('i', h[0], h[1]))
 		}
 		return ids
 	}
 	for ref := range l.Holders {
-		r := identity{'r', ref, ""}
-		out[r] = holders(ref)
+		out[refIdentity(ref)] = holders(ref)
 	}
 	for k, intent := range l.KeyIntents {
-		id := identity{'k', k[0], k[1]}
-		out[id] = append(out[id], identity{'i', k[0], intent})
+		id := identityOf('k', k[0], k[1])
+		out[id] = append(out[id], identityOf('i', k[0], intent))
 	}
 	for k, refs := range l.KeptRefs {
-		id := identity{'k', k[0], k[1]}
+		id := identityOf('k', k[0], k[1])
 		for _, ref := range refs {
-			out[id] = append(append(out[id], identity{'r', ref, ""}), holders(ref)...)
+			out[id] = append(append(out[id], refIdentity(ref)), holders(ref)...)
 		}
 	}
 	return out
