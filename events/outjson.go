@@ -28,6 +28,37 @@ func (r *Resolved) AppendJSON(dst []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// AppendJSON appends r's JSON to dst: exactly json.Marshal(r)'s bytes, without reflection, as
+// Resolved.AppendJSON writes them (amount, stay and segments left out when nil or empty, as
+// their omitempty says). TestRequestAppendJSON and FuzzRequestAppendJSON hold it to json.Marshal.
+func (r *Request) AppendJSON(dst []byte) []byte {
+	b := appendJSONString(append(dst, `{"offerVersion":`...), r.OfferVersion)
+	b = appendJSONString(append(b, `,"travellerRef":`...), r.TravellerRef)
+	if a := r.Amount; a != nil {
+		b = appendJSONString(append(b, `,"amount":{"value":`...), a.Value)
+		b = append(appendJSONString(append(b, `,"currency":`...), a.Currency), '}')
+	}
+	if s := r.Stay; s != nil {
+		b = appendJSONString(append(b, `,"stay":{"propertyId":`...), s.PropertyID)
+		b = appendJSONString(append(b, `,"checkIn":`...), s.CheckIn)
+		b = append(appendJSONString(append(b, `,"checkOut":`...), s.CheckOut), '}')
+	}
+	if len(r.Segments) > 0 {
+		b = append(b, `,"segments":[`...)
+		for i, s := range r.Segments {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(append(b, `{"from":`...), s.From)
+			b = appendJSONString(append(b, `,"to":`...), s.To)
+			b = appendJSONString(append(b, `,"date":`...), s.Date)
+			b = append(appendJSONString(append(b, `,"flight":`...), s.Flight), '}')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
 // appendJSON appends e's members, as json.Marshal writes them inside an object that embeds e.
 func (e *OutputEnvelope) appendJSON(b []byte) ([]byte, error) {
 	b = strconv.AppendInt(append(b, `"specVersion":`...), int64(e.SpecVersion), 10)

@@ -89,6 +89,63 @@ func FuzzResolvedAppendJSON(f *testing.F) {
 	})
 }
 
+// TestRequestAppendJSON: Request.AppendJSON writes exactly json.Marshal's bytes for every escape
+// class in every member, with and without amount, stay and segments (nil, empty, one, several),
+// and appends to what dst held.
+func TestRequestAppendJSON(t *testing.T) {
+	t.Parallel()
+	for i, s := range escapeClasses {
+		seg := Segment{From: s, To: s + "x", Date: s, Flight: s}
+		for _, r := range []Request{
+			{OfferVersion: s, TravellerRef: s},
+			{OfferVersion: s, TravellerRef: s, Amount: &Amount{Value: s, Currency: s}, Segments: []Segment{}},
+			{OfferVersion: s, Amount: &Amount{Value: s}, Stay: &Stay{PropertyID: s, CheckIn: s, CheckOut: s}},
+			{TravellerRef: s, Amount: &Amount{Currency: s}, Segments: []Segment{seg}},
+			{OfferVersion: s, Stay: &Stay{}, Segments: []Segment{seg, {}, seg}},
+		} {
+			want, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.AppendJSON([]byte("head")); !bytes.Equal(got, append([]byte("head"), want...)) {
+				t.Errorf("class %d: AppendJSON = %s\nwant head%s", i, got, want)
+			}
+		}
+	}
+}
+
+// FuzzRequestAppendJSON compares Request.AppendJSON with json.Marshal on arbitrary member values
+// and shapes (shape's bits: amount, stay, segments non-nil; n segments).
+//
+// Invariant: AppendJSON(prefix) is prefix followed by json.Marshal's bytes exactly.
+func FuzzRequestAppendJSON(f *testing.F) {
+	for i, s := range escapeClasses {
+		f.Add(s, escapeClasses[(i+1)%len(escapeClasses)], uint8(i), uint8(i%4))
+	}
+	f.Fuzz(func(t *testing.T, s1, s2 string, shape, n uint8) {
+		r := Request{OfferVersion: s1, TravellerRef: s2}
+		if shape&1 != 0 {
+			r.Amount = &Amount{Value: s2, Currency: s1}
+		}
+		if shape&2 != 0 {
+			r.Stay = &Stay{PropertyID: s1 + s2, CheckIn: s2, CheckOut: s1}
+		}
+		if shape&4 != 0 {
+			r.Segments = []Segment{}
+		}
+		for i := range int(n % 5) {
+			r.Segments = append(r.Segments, Segment{From: s1, To: s2, Date: s1[:min(i, len(s1))], Flight: s2 + s1})
+		}
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.AppendJSON([]byte("{[")); !bytes.Equal(got, append([]byte("{["), want...)) {
+			t.Fatalf("AppendJSON = %s\njson.Marshal = %s", got[2:], want)
+		}
+	})
+}
+
 // TestOutputIDIsNewSHA1: OutputID is uuid.NewSHA1 over the namespace and its four parts joined by
 // NUL, for parts of every escape class and parts long enough that the name leaves OutputID's
 // stack buffer.
