@@ -1,7 +1,6 @@
 package attempt
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -241,8 +240,7 @@ func (t *Tx) loadBulk(ctx context.Context, lock bool, transportCodes, tenants, i
 	ids := make([]uuid.UUID, 0, len(all))
 	for _, a := range all {
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
-		g := groupOf(a)
-		b.group[g] = append(b.group[g], a)
+		b.addToGroup(a)
 		b.byID[a.ID] = a
 		ids = append(ids, a.ID)
 	}
@@ -394,8 +392,7 @@ func (b *Bulk) write(cur *Row, s Step) error {
 		b.inserted[a.ID] = true
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
 		b.byID[a.ID] = a
-		g := groupOf(a)
-		b.group[g] = append(b.group[g], a)
+		b.addToGroup(a)
 		b.t.Created[a.Status]++
 	case WriteState, WriteFill, WriteReference:
 		// The row in memory becomes Next, so the batch's maps and buffers see it.
@@ -702,11 +699,26 @@ func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
 }
 
 // siblings returns the versions of a's (intent, operation, subject) as the batch leaves them, in
-// version order.
+// version order: the group itself (addToGroup keeps it in that order), for reading only.
 func (b *Bulk) siblings(a *Row) []*Row {
-	out := slices.Clone(b.group[groupOf(a)])
-	slices.SortStableFunc(out, func(x, y *Row) int { return cmp.Compare(x.Version, y.Version) })
-	return out
+	return b.group[groupOf(a)]
+}
+
+// addToGroup puts a into its group in version order, after the versions equal to its own (a
+// stable sort of the order they were added in). Where a does not go last the group is a new
+// slice, so one taken before (applyKeptIsolated's) keeps its order.
+func (b *Bulk) addToGroup(a *Row) {
+	g := groupOf(a)
+	rows := b.group[g]
+	i := len(rows)
+	for i > 0 && rows[i-1].Version > a.Version {
+		i--
+	}
+	if i == len(rows) {
+		b.group[g] = append(rows, a)
+		return
+	}
+	b.group[g] = slices.Concat(rows[:i], []*Row{a}, rows[i:])
 }
 
 // escalation returns the state of r's (r, reason) escalation as the batch leaves it ("" none):
