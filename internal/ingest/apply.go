@@ -121,8 +121,9 @@ var errRetryPerEvent = errors.New("ingest: retry the batch record by record")
 // (applied in memory, flushed set-based), without savepoints. Any record-level failure aborts
 // the transaction; applyItems then reruns the batch record by record.
 func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res *batchResult) error {
-	var attIdx, decIdx []int
-	var attEv, decEv []processedevent.Event
+	attIdx, attEv := make([]int, 0, len(items)), make([]processedevent.Event, 0, len(items))
+	var decIdx []int
+	var decEv []processedevent.Event
 	for i := range items {
 		it := &items[i]
 		switch {
@@ -150,7 +151,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 			outcome[g.idx[j]] = o
 		}
 	}
-	var applied []events.Attempt
+	applied := make([]events.Attempt, 0, len(attIdx))
 	var decided []events.Decision
 	for i := range items {
 		if outcome[i] != processedevent.Applied {
