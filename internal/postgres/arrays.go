@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -65,7 +66,11 @@ func (encodeTextArray) Encode(value any, buf []byte) ([]byte, error) {
 	if a == nil {
 		return nil, nil
 	}
-	buf = appendArrayHeader(buf, pgtype.TextOID, len(a))
+	n := 20 + 4*len(a) // the header, each element's length
+	for _, s := range a {
+		n += len(s)
+	}
+	buf = appendArrayHeader(slices.Grow(buf, n), pgtype.TextOID, len(a))
 	for _, s := range a {
 		buf = append(binary.BigEndian.AppendUint32(buf, uint32(len(s))), s...)
 	}
@@ -79,7 +84,7 @@ func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
 	if a == nil {
 		return nil, nil
 	}
-	buf = appendArrayHeader(buf, pgtype.UUIDOID, len(a))
+	buf = appendArrayHeader(slices.Grow(buf, 20+20*len(a)), pgtype.UUIDOID, len(a))
 	for _, u := range a {
 		buf = append(binary.BigEndian.AppendUint32(buf, 16), u[:]...)
 	}

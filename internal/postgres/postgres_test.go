@@ -244,3 +244,34 @@ func TestArraysBinary(t *testing.T) {
 		t.Errorf("read back %d texts (equal %v), %v, %#v, NULL %v, cardinality %d", len(gotTexts), slices.Equal(gotTexts, texts), gotIDs, empty, null, n)
 	}
 }
+
+// BenchmarkArraysBinary: a batch's text[] and uuid[] parameters (2,000 elements) encoded by pgx's
+// ArrayCodec ("pgx") and by registerArrays' slice plans ("slice"), no PostgreSQL.
+func BenchmarkArraysBinary(b *testing.B) {
+	texts, ids := make([]string, 2000), make([]uuid.UUID, 2000)
+	for i := range texts {
+		texts[i], ids[i] = fmt.Sprintf("ev_%012d", i), uuid.New()
+	}
+	pgxMap, ours := pgtype.NewMap(), pgtype.NewMap()
+	postgres.RegisterUUID(pgxMap)
+	postgres.RegisterUUID(ours)
+	postgres.RegisterArrays(ours)
+	for _, m := range []struct {
+		name string
+		m    *pgtype.Map
+	}{{"pgx", pgxMap}, {"slice", ours}} {
+		b.Run(m.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				var err error
+				if buf, err = m.m.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, texts, buf[:0]); err != nil {
+					b.Fatal(err)
+				}
+				if buf, err = m.m.Encode(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, ids, buf[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
