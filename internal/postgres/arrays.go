@@ -8,9 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// registerArrays makes m encode []string text[] and []uuid.UUID uuid[] parameters and COPY
-// columns in PostgreSQL's binary array form straight from the slice — the bytes pgx's ArrayCodec
-// writes (a nil slice is NULL, an empty one an empty array), without boxing every element into
+// registerArrays makes m encode []string text[], [][]byte bytea[] and []uuid.UUID uuid[]
+// parameters and COPY columns in PostgreSQL's binary array form straight from the slice, in one
+// allocation — the bytes pgx's ArrayCodec writes (a nil slice is NULL, an empty one an empty
+// array, a nil []byte a NULL element), without boxing every element into
 // an interface and finding its plan (most of the ingester's parameter encoding, docs/performance.md
 // "Where the end-to-end time goes"). Every other value, the text format and scanning keep the
 // registered codec's plans. Call it after registerUUID. TestArraysBinary holds the bytes to pgx's.
@@ -18,7 +19,7 @@ func registerArrays(m *pgtype.Map) {
 	for _, a := range []struct {
 		oid  uint32
 		plan pgtype.EncodePlan
-	}{{pgtype.TextArrayOID, encodeTextArray{}}, {pgtype.UUIDArrayOID, encodeUUIDArray{}}} {
+	}{{pgtype.TextArrayOID, encodeTextArray{}}, {pgtype.ByteaArrayOID, encodeByteaArray{}}, {pgtype.UUIDArrayOID, encodeUUIDArray{}}} {
 		t, ok := m.TypeForOID(a.oid)
 		if !ok {
 			continue
@@ -40,6 +41,10 @@ func (c arrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value an
 			if _, ok := value.([]string); ok {
 				return c.plan
 			}
+		case encodeByteaArray:
+			if _, ok := value.([][]byte); ok {
+				return c.plan
+			}
 		case encodeUUIDArray:
 			if _, ok := value.([]uuid.UUID); ok {
 				return c.plan
@@ -49,11 +54,15 @@ func (c arrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value an
 	return c.Codec.PlanEncode(m, oid, format, value)
 }
 
-// appendArrayHeader appends a one-dimensional array's header: no NULL element, elements of
-// elementOID, n of them from index 1.
-func appendArrayHeader(buf []byte, elementOID uint32, n int) []byte {
+// appendArrayHeader appends a one-dimensional array's header: whether an element is NULL,
+// elements of elementOID, n of them from index 1.
+func appendArrayHeader(buf []byte, hasNull bool, elementOID uint32, n int) []byte {
 	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
-	buf = binary.BigEndian.AppendUint32(buf, 0) // no NULL element
+	if hasNull {
+		buf = binary.BigEndian.AppendUint32(buf, 1)
+	} else {
+		buf = binary.BigEndian.AppendUint32(buf, 0)
+	}
 	buf = binary.BigEndian.AppendUint32(buf, elementOID)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
 	return binary.BigEndian.AppendUint32(buf, 1) // lower bound
@@ -70,9 +79,32 @@ func (encodeTextArray) Encode(value any, buf []byte) ([]byte, error) {
 	for _, s := range a {
 		n += len(s)
 	}
-	buf = appendArrayHeader(slices.Grow(buf, n), pgtype.TextOID, len(a))
+	buf = appendArrayHeader(slices.Grow(buf, n), false, pgtype.TextOID, len(a))
 	for _, s := range a {
 		buf = append(binary.BigEndian.AppendUint32(buf, uint32(len(s))), s...)
+	}
+	return buf, nil
+}
+
+type encodeByteaArray struct{}
+
+func (encodeByteaArray) Encode(value any, buf []byte) ([]byte, error) {
+	a := value.([][]byte)
+	if a == nil {
+		return nil, nil
+	}
+	n, hasNull := 20+4*len(a), false
+	for _, b := range a {
+		n += len(b)
+		hasNull = hasNull || b == nil
+	}
+	buf = appendArrayHeader(slices.Grow(buf, n), hasNull, pgtype.ByteaOID, len(a))
+	for _, b := range a {
+		if b == nil {
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff) // -1: NULL
+			continue
+		}
+		buf = append(binary.BigEndian.AppendUint32(buf, uint32(len(b))), b...)
 	}
 	return buf, nil
 }
@@ -84,7 +116,7 @@ func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
 	if a == nil {
 		return nil, nil
 	}
-	buf = appendArrayHeader(slices.Grow(buf, 20+20*len(a)), pgtype.UUIDOID, len(a))
+	buf = appendArrayHeader(slices.Grow(buf, 20+20*len(a)), false, pgtype.UUIDOID, len(a))
 	for _, u := range a {
 		buf = append(binary.BigEndian.AppendUint32(buf, 16), u[:]...)
 	}

@@ -186,10 +186,11 @@ func TestUUIDBinary(t *testing.T) {
 	}
 }
 
-// TestArraysBinary: with registerArrays a []string text[] and a []uuid.UUID uuid[] parameter are
-// encoded by the slice plans into exactly the bytes pgx's ArrayCodec writes without them (a nil
-// slice NULL, an empty one an empty array; empty, multi-byte and long elements), other element
-// types keep pgx's plan, and PostgreSQL reads back the same arrays through a pool's connection.
+// TestArraysBinary: with registerArrays a []string text[], a [][]byte bytea[] and a []uuid.UUID
+// uuid[] parameter are encoded by the slice plans into exactly the bytes pgx's ArrayCodec writes
+// without them (a nil slice NULL, an empty one an empty array; empty, multi-byte and long
+// elements; nil []byte elements NULL), other element types keep pgx's plan, and PostgreSQL reads
+// back the same arrays through a pool's connection.
 func TestArraysBinary(t *testing.T) {
 	ctx := t.Context()
 	u1, u2 := uuid.MustParse("0b7c6f1e-94a5-4c3e-8d1b-2f6a9e0c4d17"), uuid.MustParse("f0e1d2c3-b4a5-4968-8776-655443322110")
@@ -209,6 +210,10 @@ func TestArraysBinary(t *testing.T) {
 		{pgtype.TextArrayOID, []string{""}, "encodeTextArray"},
 		{pgtype.TextArrayOID, []string{"t1", "é\u2028✓", "", long, "a,b{\"c\"}"}, "encodeTextArray"},
 		{pgtype.TextArrayOID, []*string{&s, nil}, "wrapSliceEncodeReflectPlan"},
+		{pgtype.ByteaArrayOID, [][]byte(nil), "encodeByteaArray"},
+		{pgtype.ByteaArrayOID, [][]byte{}, "encodeByteaArray"},
+		{pgtype.ByteaArrayOID, [][]byte{{}, []byte("v"), []byte(long)}, "encodeByteaArray"},
+		{pgtype.ByteaArrayOID, [][]byte{nil, []byte("{\"a\":1}"), nil, {}}, "encodeByteaArray"},
 		{pgtype.UUIDArrayOID, []uuid.UUID(nil), "encodeUUIDArray"},
 		{pgtype.UUIDArrayOID, []uuid.UUID{}, "encodeUUIDArray"},
 		{pgtype.UUIDArrayOID, []uuid.UUID{u1, u2, u1}, "encodeUUIDArray"},
@@ -235,13 +240,14 @@ func TestArraysBinary(t *testing.T) {
 	var gotIDs []uuid.UUID
 	var null bool
 	var n int
-	err = pool.QueryRow(ctx, "SELECT $1::text[], $2::uuid[], $3::text[], $4::text[] IS NULL, cardinality($3::text[])", texts, ids, []string{}, []string(nil)).
-		Scan(&gotTexts, &gotIDs, &empty, &null, &n)
+	var bytes string
+	err = pool.QueryRow(ctx, "SELECT $1::text[], $2::uuid[], $3::text[], $4::text[] IS NULL, cardinality($3::text[]), $5::bytea[]::text",
+		texts, ids, []string{}, []string(nil), [][]byte{nil, []byte("ab"), {}}).Scan(&gotTexts, &gotIDs, &empty, &null, &n, &bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(gotTexts, texts) || !slices.Equal(gotIDs, ids) || empty == nil || len(empty) != 0 || !null || n != 0 {
-		t.Errorf("read back %d texts (equal %v), %v, %#v, NULL %v, cardinality %d", len(gotTexts), slices.Equal(gotTexts, texts), gotIDs, empty, null, n)
+	if !slices.Equal(gotTexts, texts) || !slices.Equal(gotIDs, ids) || empty == nil || len(empty) != 0 || !null || n != 0 || bytes != `{NULL,"\\x6162","\\x"}` {
+		t.Errorf("read back %d texts (equal %v), %v, %#v, NULL %v, cardinality %d, %s", len(gotTexts), slices.Equal(gotTexts, texts), gotIDs, empty, null, n, bytes)
 	}
 }
 
