@@ -1,6 +1,7 @@
 package events
 
 import (
+	"crypto/sha1"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,6 +60,19 @@ var outputNamespace = uuid.MustParse("6f1c2b7e-8d4a-5e3f-9a1b-0c2d3e4f5a6b")
 // OutputID is the deterministic id of an output fact: UUIDv5 over tenant, idempotency key, the
 // kind of fact and the id of its cause (an event id, lookup id or decision id), so republishing
 // the same fact yields the same eventId (docs/design.md#contract-v1).
+//
+// It is uuid.NewSHA1(outputNamespace, tenant NUL key NUL kind NUL cause) computed in a buffer on
+// the stack (TestOutputIDIsNewSHA1, FuzzOutputID).
 func OutputID(tenantID, idempotencyKey, kind, causeID string) string {
-	return uuid.NewSHA1(outputNamespace, []byte(tenantID+"\x00"+idempotencyKey+"\x00"+kind+"\x00"+causeID)).String()
+	var buf [256]byte
+	b := append(buf[:0], outputNamespace[:]...)
+	b = append(append(b, tenantID...), 0)
+	b = append(append(b, idempotencyKey...), 0)
+	b = append(append(b, kind...), 0)
+	sum := sha1.Sum(append(b, causeID...))
+	var id uuid.UUID
+	copy(id[:], sum[:])
+	id[6] = id[6]&0x0f | 0x50 // version 5
+	id[8] = id[8]&0x3f | 0x80 // the RFC 4122 variant
+	return id.String()
 }

@@ -231,44 +231,51 @@ func (s Store) InsertMany(ctx context.Context, tx pgx.Tx, evs []Event) ([]Outcom
 	if len(evs) == 0 {
 		return out, nil
 	}
+	// An event's key: tenant, id and day (the day's Unix seconds: Day's times are all UTC).
 	type key struct {
 		tenant, id string
-		day        time.Time
+		day        int64
 	}
-	first := map[key]int{}
-	var tenants, ids, hashes []string
-	var days []time.Time
+	// first: key → its first occurrence's index in the unique events u; of: event → its u.
+	first := make(map[key]int, len(evs))
+	of := make([]int, len(evs))
+	tenants, ids, hashes := make([]string, 0, len(evs)), make([]string, 0, len(evs)), make([]string, 0, len(evs))
+	days := make([]time.Time, 0, len(evs))
 	for i, e := range evs {
-		k := key{e.TenantID, e.EventID, e.Day()}
-		if _, ok := first[k]; ok {
-			continue
+		d := e.Day()
+		k := key{e.TenantID, e.EventID, d.Unix()}
+		u, ok := first[k]
+		if !ok {
+			u = len(ids)
+			first[k] = u
+			tenants, ids, hashes, days = append(tenants, e.TenantID), append(ids, e.EventID), append(hashes, e.Hash), append(days, d)
 		}
-		first[k] = i
-		tenants, ids, hashes, days = append(tenants, e.TenantID), append(ids, e.EventID), append(hashes, e.Hash), append(days, e.Day())
+		of[i] = u
 	}
 	rows, err := tx.Query(ctx, stmts.SQL("processed_event_insert_many"), s.Consumer, tenants, ids, days, hashes)
 	if err != nil {
 		return nil, fmt.Errorf("processedevent: insert %d: %w", len(ids), err)
 	}
-	inserted, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (key, error) {
-		var k key
-		err := r.Scan(&k.tenant, &k.id, &k.day)
-		k.day = Day(k.day)
-		return k, err
-	})
-	if err != nil {
+	// applied: the unique events inserted; stored: each unique event's hash as stored (applied:
+	// its own; else read back; "" when neither).
+	applied := make([]bool, len(ids))
+	stored := make([]string, len(ids))
+	var k key
+	var day time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&k.tenant, &k.id, &day}, func() error {
+		k.day = Day(day).Unix()
+		if u, ok := first[k]; ok {
+			applied[u] = true
+		}
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("processedevent: insert %d: %w", len(ids), err)
 	}
-	applied := make(map[key]bool, len(inserted))
-	for _, k := range inserted {
-		applied[k] = true
-	}
-	stored := map[key]string{}
 	var qt, qi []string
 	var qd []time.Time
-	for k := range first {
-		if !applied[k] {
-			qt, qi, qd = append(qt, k.tenant), append(qi, k.id), append(qd, k.day)
+	for u := range ids {
+		if !applied[u] {
+			qt, qi, qd = append(qt, tenants[u]), append(qi, ids[u]), append(qd, days[u])
 		}
 	}
 	if len(qt) > 0 {
@@ -276,32 +283,30 @@ func (s Store) InsertMany(ctx context.Context, tx pgx.Tx, evs []Event) ([]Outcom
 		if err != nil {
 			return nil, fmt.Errorf("processedevent: read hashes: %w", err)
 		}
-		for rows.Next() {
-			var k key
-			var h string
-			if err := rows.Scan(&k.tenant, &k.id, &k.day, &h); err != nil {
-				rows.Close()
-				return nil, err
+		var h string
+		if _, err := pgx.ForEachRow(rows, []any{&k.tenant, &k.id, &day, &h}, func() error {
+			k.day = Day(day).Unix()
+			if u, ok := first[k]; ok {
+				stored[u] = h
 			}
-			k.day = Day(k.day)
-			stored[k] = h
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return nil
+		}); err != nil {
 			return nil, err
 		}
 	}
+	seen := make([]bool, len(ids)) // the unique event's first occurrence is behind
 	for i, e := range evs {
-		k := key{e.TenantID, e.EventID, e.Day()}
+		u := of[i]
 		switch {
-		case first[k] == i && applied[k]:
+		case !seen[u] && applied[u]:
 			out[i] = Applied
-			stored[k] = e.Hash
-		case stored[k] == e.Hash:
+			stored[u] = e.Hash
+		case stored[u] == e.Hash:
 			out[i] = Duplicate
 		default:
 			out[i] = Collision
 		}
+		seen[u] = true
 	}
 	return out, nil
 }

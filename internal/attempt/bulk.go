@@ -1,7 +1,6 @@
 package attempt
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,8 +40,8 @@ import (
 type Bulk struct {
 	t     *Tx
 	codes []string
-	byKey map[[2]string]*Row // (tenant, key) → attempt, as the batch leaves it
-	group map[string][]*Row  // tenant/intent/op/subject → its versions
+	byKey map[[2]string]*Row  // (tenant, key) → attempt, as the batch leaves it
+	group map[groupKey][]*Row // (tenant, intent, operation, subject) → its versions
 	// kept: the manual decisions waiting for (tenant, key), in the order they were kept (those
 	// loaded, then those the batch kept).
 	kept     map[[2]string][]keptDecision
@@ -61,10 +60,10 @@ type Bulk struct {
 	keeps                  []keptRow
 	closes                 []bulkClose
 	done                   []keptDone
-	// stored: the escalations of every loaded attempt, by attempt and reason; changed: the
-	// (attempt id, reason) escalations the batch opened or closed.
+	// stored: the escalations of the loaded attempts that have any, by attempt and reason;
+	// changed: the (attempt id, reason) escalations the batch opened or closed.
 	stored  map[uuid.UUID]map[Reason]EscalationState
-	changed map[[2]string]EscalationState
+	changed map[escalationKey]EscalationState
 	now     time.Time
 	// single: a one-step batch (Tx.ApplyEvent, Tx.ApplyDecision and the reconciler's and the
 	// escalator's causes): a create goes in insert-first and one that lost its race writes
@@ -133,18 +132,32 @@ type keptDone struct {
 	tenantID, key, eventID, reason string
 }
 
-func groupKey(tenant, intent string, op events.Operation, subject string) string {
-	return tenant + "\x00" + intent + "\x00" + string(op) + "\x00" + subject
+// groupKey is an attempt's (tenant, intent, operation, subject): the versions of one operation.
+type groupKey struct {
+	tenant, intent string
+	op             events.Operation
+	subject        string
+}
+
+func groupOf(a *Row) groupKey {
+	return groupKey{a.TenantID, a.BookingIntentID, a.Operation, a.Subject}
+}
+
+// escalationKey is an (attempt, reason) escalation.
+type escalationKey struct {
+	id     uuid.UUID
+	reason Reason
 }
 
 // NewBulk locks the intents of evs and decs (sorted, insert-first) and reads, in four
 // statements, every attempt of those intents or with one of their keys, the escalations of
 // those attempts and the manual decisions kept for the keys. transportCodes: see FactOf.
 func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.Decision, transportCodes []string) (*Bulk, error) {
-	seenIntent, seenKey := map[[2]string]bool{}, map[[2]string]bool{}
-	var tenants, intents, keyTenants, keys []string
+	n := len(evs) + len(decs)
+	seenIntent, seenKey := make(map[[2]string]bool, n), make(map[[2]string]bool, n)
+	tenants, intents, keyTenants, keys := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	var refs [][3]string
-	keyOps := map[[2]string][2]string{} // (tenant, key) → (provider, operation) of its events
+	keyOps := make(map[[2]string][2]string, n) // (tenant, key) → (provider, operation) of its events
 	add := func(tenant, intent, key string) {
 		if k := [2]string{tenant, intent}; !seenIntent[k] {
 			seenIntent[k] = true
@@ -165,7 +178,13 @@ func (t *Tx) NewBulk(ctx context.Context, evs []events.Attempt, decs []events.De
 	for _, d := range decs {
 		add(d.TenantID, d.BookingIntentID, d.IdempotencyKey)
 	}
-	return t.loadBulk(ctx, true, transportCodes, tenants, intents, keyTenants, keys, refs, decs, keyOps)
+	b, err := t.loadBulk(ctx, true, transportCodes, tenants, intents, keyTenants, keys, refs, decs, keyOps)
+	if err != nil {
+		return nil, err
+	}
+	// About one audit row per event, and a resolution for about every other one.
+	b.audits, b.messages = make([]bulkAudit, 0, n), make([]outbox.Message, 0, n/2+1)
+	return b, nil
 }
 
 // oneStep is the one-step batch of a, an attempt read FOR UPDATE under its intent lock (held by
@@ -195,11 +214,12 @@ func (t *Tx) oneStep(ctx context.Context, a *Row, ref string) (*Bulk, *Row, erro
 // operation (keyOps's, from the batch's events, for an attempt not created yet).
 func (t *Tx) loadBulk(ctx context.Context, lock bool, transportCodes, tenants, intents, keyTenants, keys []string, refs [][3]string,
 	decs []events.Decision, keyOps map[[2]string][2]string) (*Bulk, error) {
-	b := &Bulk{t: t, codes: transportCodes, byKey: map[[2]string]*Row{}, group: map[string][]*Row{},
-		kept: map[[2]string][]keptDecision{}, inserted: map[uuid.UUID]bool{}, updates: map[uuid.UUID]*Row{},
+	n := len(keys) // the batch's keys: about as many attempts as it holds
+	b := &Bulk{t: t, codes: transportCodes, byKey: make(map[[2]string]*Row, n), group: make(map[groupKey][]*Row, n),
+		kept: map[[2]string][]keptDecision{}, inserted: make(map[uuid.UUID]bool, n), updates: map[uuid.UUID]*Row{},
 		fills: map[uuid.UUID]*Row{}, refs: map[uuid.UUID]*Row{}, marks: map[uuid.UUID]*Row{},
-		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[[2]string]EscalationState{},
-		owners: map[[3]string]uuid.UUID{}, byID: map[uuid.UUID]*Row{}}
+		stored: map[uuid.UUID]map[Reason]EscalationState{}, changed: map[escalationKey]EscalationState{},
+		owners: make(map[[3]string]uuid.UUID, len(refs)), byID: make(map[uuid.UUID]*Row, n)}
 	if len(tenants) == 0 {
 		return b, nil
 	}
@@ -220,9 +240,7 @@ func (t *Tx) loadBulk(ctx context.Context, lock bool, transportCodes, tenants, i
 	ids := make([]uuid.UUID, 0, len(all))
 	for _, a := range all {
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
-		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
-		b.group[g] = append(b.group[g], a)
-		b.stored[a.ID] = map[Reason]EscalationState{}
+		b.addToGroup(a)
 		b.byID[a.ID] = a
 		ids = append(ids, a.ID)
 	}
@@ -234,7 +252,13 @@ func (t *Tx) loadBulk(ctx context.Context, lock bool, transportCodes, tenants, i
 		var id uuid.UUID
 		var r Reason
 		var st EscalationState
-		if _, err := pgx.ForEachRow(rows, []any{&id, &r, &st}, func() error { b.stored[id][r] = st; return nil }); err != nil {
+		if _, err := pgx.ForEachRow(rows, []any{&id, &r, &st}, func() error {
+			if b.stored[id] == nil {
+				b.stored[id] = map[Reason]EscalationState{}
+			}
+			b.stored[id][r] = st
+			return nil
+		}); err != nil {
 			return nil, fmt.Errorf("attempt: read escalations: %w", err)
 		}
 	}
@@ -367,17 +391,22 @@ func (b *Bulk) write(cur *Row, s Step) error {
 		b.inserts = append(b.inserts, a)
 		b.inserted[a.ID] = true
 		b.byKey[[2]string{a.TenantID, a.IdempotencyKey}] = a
-		b.stored[a.ID] = map[Reason]EscalationState{}
 		b.byID[a.ID] = a
-		g := groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)
-		b.group[g] = append(b.group[g], a)
+		b.addToGroup(a)
 		b.t.Created[a.Status]++
 	case WriteState, WriteFill, WriteReference:
 		// The row in memory becomes Next, so the batch's maps and buffers see it.
 		*cur = *a
 		a = cur
 		if !b.inserted[a.ID] {
-			map[Write]map[uuid.UUID]*Row{WriteState: b.updates, WriteFill: b.fills, WriteReference: b.refs}[s.Write][a.ID] = a
+			switch s.Write {
+			case WriteState:
+				b.updates[a.ID] = a
+			case WriteFill:
+				b.fills[a.ID] = a
+			default:
+				b.refs[a.ID] = a
+			}
 		}
 	case WriteCheck, WriteDeadlineDone:
 		// The reconciler's and the escalator's, one step per batch.
@@ -534,7 +563,7 @@ func (b *Bulk) applyKeptIsolated(ctx context.Context, a *Row) error {
 	ks := b.kept[key]
 	b.kept[key] = nil
 	for _, k := range ks {
-		group := b.group[groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)]
+		group := b.group[groupOf(a)]
 		rows := make([]Row, len(group))
 		for i, r := range group {
 			rows[i] = *r
@@ -616,8 +645,11 @@ func (b *Bulk) close(a *Row, c Close) error {
 		reasons = Reasons()
 	}
 	for _, r := range reasons {
-		escID := escalationID(a, r)
-		if b.escalation(a, r) != EscalationOpen || !c.Closes(escID, r) {
+		if b.escalation(a, r) != EscalationOpen {
+			continue
+		}
+		escID := escalationID(a, r) // only for an open one: a UUIDv5 each
+		if !c.Closes(escID, r) {
 			continue
 		}
 		m, err := b.t.closedMessage(a, escID, c.ClosedBy, c.Actor)
@@ -626,7 +658,7 @@ func (b *Bulk) close(a *Row, c Close) error {
 		}
 		b.closes = append(b.closes, bulkClose{uuid.MustParse(escID), c.ClosedBy, c.Actor})
 		b.messages = append(b.messages, m)
-		b.changed[[2]string{a.ID.String(), string(r)}] = EscalationClosed
+		b.changed[escalationKey{a.ID, r}] = EscalationClosed
 		b.t.EscalationsClosed[r]++
 	}
 	a.OutcomeOpen = slices.ContainsFunc(OutcomeReasons, func(r Reason) bool { return b.escalation(a, r) == EscalationOpen })
@@ -652,7 +684,7 @@ func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
 	}
 	b.escalations = append(b.escalations, []any{uuid.MustParse(escID), r.ID, r.TenantID, string(reason), string(EscalationOpen)})
 	b.messages = append(b.messages, m)
-	b.changed[[2]string{r.ID.String(), string(reason)}] = EscalationOpen
+	b.changed[escalationKey{r.ID, reason}] = EscalationOpen
 	b.t.EscalationsOpened[reason]++
 	if reason == ReasonBlindRetry {
 		b.t.BlindRetries++
@@ -667,17 +699,32 @@ func (b *Bulk) escalate(r *Row, reason Reason, detail string) error {
 }
 
 // siblings returns the versions of a's (intent, operation, subject) as the batch leaves them, in
-// version order.
+// version order: the group itself (addToGroup keeps it in that order), for reading only.
 func (b *Bulk) siblings(a *Row) []*Row {
-	out := slices.Clone(b.group[groupKey(a.TenantID, a.BookingIntentID, a.Operation, a.Subject)])
-	slices.SortStableFunc(out, func(x, y *Row) int { return cmp.Compare(x.Version, y.Version) })
-	return out
+	return b.group[groupOf(a)]
+}
+
+// addToGroup puts a into its group in version order, after the versions equal to its own (a
+// stable sort of the order they were added in). Where a does not go last the group is a new
+// slice, so one taken before (applyKeptIsolated's) keeps its order.
+func (b *Bulk) addToGroup(a *Row) {
+	g := groupOf(a)
+	rows := b.group[g]
+	i := len(rows)
+	for i > 0 && rows[i-1].Version > a.Version {
+		i--
+	}
+	if i == len(rows) {
+		b.group[g] = append(rows, a)
+		return
+	}
+	b.group[g] = slices.Concat(rows[:i], []*Row{a}, rows[i:])
 }
 
 // escalation returns the state of r's (r, reason) escalation as the batch leaves it ("" none):
 // every attempt the batch holds was loaded with its escalations or created by it.
 func (b *Bulk) escalation(r *Row, reason Reason) EscalationState {
-	if e, ok := b.changed[[2]string{r.ID.String(), string(reason)}]; ok {
+	if e, ok := b.changed[escalationKey{r.ID, reason}]; ok {
 		return e
 	}
 	return b.stored[r.ID][reason]

@@ -74,21 +74,22 @@ func (b *Bulk) flushInserts(ctx context.Context, tx pgx.Tx) error {
 		b.inserts = nil
 	}
 	if n := len(b.inserts); n > 0 {
-		rows := make([][]any, 0, n)
-		for _, a := range b.inserts {
+		rows := copyRows(n, 35, func(i int, row []any) {
+			a := b.inserts[i]
 			rc := a.recovery
-			rows = append(rows, []any{a.ID, a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject, a.Version,
-				a.IdempotencyKey, a.Provider, string(a.Status), nz(string(a.Source)), requestJSON(a.request), nz(a.RequestHash), nz(a.Fingerprint),
-				nz(rc.ClientReference), nz(rc.ProviderSessionID), nz(rc.CorrelationID), nz(rc.PaymentReference), nz(rc.ProviderReference),
-				nz(rc.ProviderIdempotencyKey), nz(a.ProviderReference), nz(a.FailureCode), retryableOf(a), a.StartedAt, a.FirstEventAt,
-				a.WindowStart, a.FailedFactAt, a.TerminalAt, a.CreatedAt, a.CreatedAt, nz(a.TimeoutClass), a.requestSent, a.UnknownSince, a.NextCheckAt, a.GateJudged, a.BlindRetry})
-		}
+			copy(row, []any{a.ID, a.TenantID, a.BookingIntentID, string(a.Operation), a.Subject, a.Version,
+				a.IdempotencyKey, a.Provider, string(a.Status), nv(string(a.Source)), requestJSON(a.request), nv(a.RequestHash), nv(a.Fingerprint),
+				nv(rc.ClientReference), nv(rc.ProviderSessionID), nv(rc.CorrelationID), nv(rc.PaymentReference), nv(rc.ProviderReference),
+				nv(rc.ProviderIdempotencyKey), nv(a.ProviderReference), nv(a.FailureCode), pv(retryableOf(a)), pv(a.StartedAt), a.FirstEventAt,
+				a.WindowStart, pv(a.FailedFactAt), pv(a.TerminalAt), a.CreatedAt, a.CreatedAt, nv(a.TimeoutClass), pv(a.requestSent), pv(a.UnknownSince),
+				pv(a.NextCheckAt), a.GateJudged, a.BlindRetry})
+		})
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"booking_attempt"}, []string{"id", "tenant_id", "booking_intent_id", "operation",
 			"subject", "operation_version", "idempotency_key", "provider", "status", "resolution_source", "request", "request_hash",
 			"fingerprint", "client_reference", "provider_session_id", "correlation_id", "payment_reference", "subject_provider_reference",
 			"provider_idempotency_key", "provider_reference", "failure_code", "retryable", "started_at", "first_event_at",
 			"window_start", "failed_fact_at", "terminal_at", "created_at", "updated_at", "timeout_class", "request_sent",
-			"unknown_since", "next_check_at", "gate_judged", "blind_retry"}, pgx.CopyFromRows(rows))
+			"unknown_since", "next_check_at", "gate_judged", "blind_retry"}, rows)
 		if err != nil {
 			return fmt.Errorf("attempt: bulk insert %d attempts: %w", n, err)
 		}
@@ -159,19 +160,21 @@ func (b *Bulk) flushAttempts(ctx context.Context, tx pgx.Tx) error {
 // flushAudits writes the audit rows with one COPY.
 func (b *Bulk) flushAudits(ctx context.Context, tx pgx.Tx) error {
 	if n := len(b.audits); n > 0 {
-		rows := make([][]any, 0, n)
-		for _, a := range b.audits {
-			var lookup []byte
+		lookups := make([][]byte, n) // JSON-encoded first: COPY's rows cannot fail
+		for i, a := range b.audits {
 			if a.Lookup != nil {
 				var err error
-				if lookup, err = json.Marshal(a.Lookup); err != nil {
+				if lookups[i], err = json.Marshal(a.Lookup); err != nil {
 					return err
 				}
 			}
-			rows = append(rows, []any{a.id, nz(string(a.From)), string(a.To), a.Cause, nz(a.EventID), lookup, nz(a.Actor), nz(a.Reason), a.Note})
 		}
+		rows := copyRows(n, 9, func(i int, row []any) {
+			a := &b.audits[i]
+			copy(row, []any{a.id, nv(string(a.From)), string(a.To), a.Cause, nv(a.EventID), lookups[i], nv(a.Actor), nv(a.Reason), a.Note})
+		})
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"attempt_transition"},
-			[]string{"attempt_id", "from_status", "to_status", "cause", "event_id", "lookup", "actor", "reason", "note"}, pgx.CopyFromRows(rows)); err != nil {
+			[]string{"attempt_id", "from_status", "to_status", "cause", "event_id", "lookup", "actor", "reason", "note"}, rows); err != nil {
 			return fmt.Errorf("attempt: bulk audit: %w", err)
 		}
 	}
@@ -308,4 +311,43 @@ func (b *Bulk) reset() {
 	clear(b.fills)
 	clear(b.refs)
 	clear(b.marks)
+}
+
+// copyRows is a COPY source of n rows of width values, row i written by fill into one row reused
+// for every row (COPY encodes a row before it asks for the next).
+func copyRows(n, width int, fill func(i int, row []any)) pgx.CopyFromSource {
+	return &rowFiller{n: n, i: -1, row: make([]any, width), fill: fill}
+}
+
+type rowFiller struct {
+	n, i int
+	row  []any
+	fill func(i int, row []any)
+}
+
+func (r *rowFiller) Next() bool {
+	if r.i++; r.i >= r.n {
+		return false
+	}
+	r.fill(r.i, r.row)
+	return true
+}
+
+func (r *rowFiller) Values() ([]any, error) { return r.row, nil }
+func (r *rowFiller) Err() error             { return nil }
+
+// nv is s as a nullable column value: nil (NULL) when empty.
+func nv(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// pv is *p as a column value: nil (NULL) when p is nil.
+func pv[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

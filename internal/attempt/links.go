@@ -42,8 +42,9 @@ func ReadLinks(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, evs []*events.Attempt, decs []*events.Decision) (Links, error) {
 	l := Links{KeyIntents: map[[2]string]string{}, KeptRefs: map[[2]string][]string{}, Holders: map[string][][2]string{}}
-	keyAt := map[[2]string]int{}
-	var tenants, keys, provs, ops, intents []string
+	n := len(evs) + len(decs)
+	keyAt := make(map[[2]string]int, n)
+	tenants, keys, provs, ops, intents := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	key := func(tenant, k, intent, provider, op string) {
 		i, ok := keyAt[[2]string{tenant, k}]
 		if !ok {

@@ -304,11 +304,16 @@ func (t *Tx) message(topic string, a *Row, env events.OutputEnvelope, v any) (ou
 	if err != nil {
 		return outbox.Message{}, err
 	}
+	return t.messageOf(topic, a, env, b), nil
+}
+
+// messageOf is message with its JSON body b.
+func (t *Tx) messageOf(topic string, a *Row, env events.OutputEnvelope, b []byte) outbox.Message {
 	src := cmp.Or(t.cfg.Source, "/bookrecon")
 	return outbox.Message{
 		Topic: topic, Key: []byte(a.BookingIntentID), Value: b, EventID: env.EventID,
 		Headers: outbox.CloudEvent(env.EventID, src, string(env.EventType), a.TenantID+"/"+a.IdempotencyKey, a.BookingIntentID, env.OccurredAt),
-	}, nil
+	}
 }
 
 // resolvedMessage builds attempt.resolved for a and counts it.
@@ -328,7 +333,12 @@ func (t *Tx) resolvedMessage(a *Row, causeID string) (outbox.Message, error) {
 	if a.UnknownSince != nil {
 		t.UnknownAges = append(t.UnknownAges, time.Since(*a.UnknownSince).Seconds())
 	}
-	return t.message(cmp.Or(t.cfg.ResolutionsTopic, events.TopicResolutions), a, msg.OutputEnvelope, msg)
+	// AppendJSON: json.Marshal's bytes without reflection (events.TestResolvedAppendJSON).
+	b, err := msg.AppendJSON(make([]byte, 0, 512))
+	if err != nil {
+		return outbox.Message{}, err
+	}
+	return t.messageOf(cmp.Or(t.cfg.ResolutionsTopic, events.TopicResolutions), a, msg.OutputEnvelope, b), nil
 }
 
 // summary is traveller-safe: operation, version, provider, reason; never personal data.

@@ -145,7 +145,7 @@ func OnEvent(cur *Row, ev events.Attempt, f Fact, d events.Digests, env Env) Ste
 	if cur != nil {
 		s.Audit = &Audit{From: cur.Status, To: cur.Status, Cause: CauseEvent, EventID: ev.EventID, Note: v.Note}
 	}
-	now, occ := us(env.Now), us(ev.OccurredAt)
+	now, occ := us(env.Now), us(ev.OccurredAt) // values: a pointer to each (ptr) only where a row keeps one
 	switch v.Action {
 	case ActionCreate:
 		a := created(ev, f, v, d, now, env.firstCheck())
@@ -181,7 +181,7 @@ func OnEvent(cur *Row, ev events.Attempt, f Fact, d events.Digests, env Env) Ste
 		a.request, a.RequestHash, a.Fingerprint = ev.Request, d.RequestHash, d.Fingerprint
 		a.recovery = fillRecovery(cur.recovery, ev.Recovery)
 		a.ClientReference = a.recovery.ClientReference
-		a.StartedAt = &occ
+		a.StartedAt = ptr(occ)
 		a.WindowStart = later(later(cur.WindowStart, occ), now)
 		s.Next, s.Write = &a, WriteFill
 		s.afterChange(&a, ev, f, false, true, env)
@@ -202,11 +202,11 @@ func OnEvent(cur *Row, ev events.Attempt, f Fact, d events.Digests, env Env) Ste
 		a.FailedFactAt, a.TerminalAt, a.NextCheckAt = nil, nil, nil
 		switch v.Status {
 		case StatusUnknown:
-			a.UnknownSince, a.NextCheckAt = &now, ptr(now.Add(env.firstCheck()))
+			a.UnknownSince, a.NextCheckAt = ptr(now), ptr(now.Add(env.firstCheck()))
 		case StatusFailed:
-			a.FailedFactAt, a.TerminalAt = &occ, &now
+			a.FailedFactAt, a.TerminalAt = ptr(occ), ptr(now)
 		default:
-			a.TerminalAt = &now
+			a.TerminalAt = ptr(now)
 		}
 		s.Next, s.Write = &a, WriteState
 		s.Audit.To = a.Status
@@ -521,7 +521,7 @@ type GateJudgement struct {
 // judged again. siblings are every version as loaded after the write; maxVersions gives a
 // provider's limit.
 func GateJudgements(changed *Row, siblings []*Row, judgeSelf bool, maxVersions func(provider string) int) []GateJudgement {
-	all := ToSiblings(siblings)
+	var all []Sibling // ToSiblings(siblings), once a version needs judging
 	var out []GateJudgement
 	for _, s := range siblings {
 		self := s.ID == changed.ID
@@ -531,6 +531,9 @@ func GateJudgements(changed *Row, siblings []*Row, judgeSelf bool, maxVersions f
 		start := s.FirstEventAt
 		if s.StartedAt != nil {
 			start = *s.StartedAt
+		}
+		if all == nil {
+			all = ToSiblings(siblings)
 		}
 		var earlier []Sibling
 		for _, e := range all {

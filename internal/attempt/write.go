@@ -2,7 +2,6 @@ package attempt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/bookrecon/bookrecon/events"
@@ -33,10 +32,11 @@ func retryableOf(a *Row) *bool {
 	return &a.Retryable
 }
 
+// requestJSON is the stored request: json.Marshal's bytes (events.Request.AppendJSON); nil for
+// none.
 func requestJSON(r *events.Request) []byte {
 	if r == nil {
 		return nil
 	}
-	b, _ := json.Marshal(r)
-	return b
+	return r.AppendJSON(make([]byte, 0, 256))
 }

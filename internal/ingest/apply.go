@@ -121,8 +121,9 @@ var errRetryPerEvent = errors.New("ingest: retry the batch record by record")
 // (applied in memory, flushed set-based), without savepoints. Any record-level failure aborts
 // the transaction; applyItems then reruns the batch record by record.
 func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res *batchResult) error {
-	var attIdx, decIdx []int
-	var attEv, decEv []processedevent.Event
+	attIdx, attEv := make([]int, 0, len(items)), make([]processedevent.Event, 0, len(items))
+	var decIdx []int
+	var decEv []processedevent.Event
 	for i := range items {
 		it := &items[i]
 		switch {
@@ -150,7 +151,7 @@ func (in *Ingester) applyFast(ctx context.Context, tx pgx.Tx, items []item, res 
 			outcome[g.idx[j]] = o
 		}
 	}
-	var applied []events.Attempt
+	applied := make([]events.Attempt, 0, len(attIdx))
 	var decided []events.Decision
 	for i := range items {
 		if outcome[i] != processedevent.Applied {
@@ -327,22 +328,21 @@ func linkIdentities(l attempt.Links) map[identity][]identity {
 	holders := func(ref string) []identity {
 		var ids []identity
 		for _, h := range l.Holders[ref] {
-			ids = append(ids, identity{'i', h[0], h[1]})
+			ids = append(ids, identityOf('i', h[0], h[1]))
 		}
 		return ids
 	}
 	for ref := range l.Holders {
-		r := identity{'r', ref, ""}
-		out[r] = holders(ref)
+		out[refIdentity(ref)] = holders(ref)
 	}
 	for k, intent := range l.KeyIntents {
-		id := identity{'k', k[0], k[1]}
-		out[id] = append(out[id], identity{'i', k[0], intent})
+		id := identityOf('k', k[0], k[1])
+		out[id] = append(out[id], identityOf('i', k[0], intent))
 	}
 	for k, refs := range l.KeptRefs {
-		id := identity{'k', k[0], k[1]}
+		id := identityOf('k', k[0], k[1])
 		for _, ref := range refs {
-			out[id] = append(append(out[id], identity{'r', ref, ""}), holders(ref)...)
+			out[id] = append(append(out[id], refIdentity(ref)), holders(ref)...)
 		}
 	}
 	return out

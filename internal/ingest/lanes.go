@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
 	"sync"
 
@@ -26,7 +27,29 @@ func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
 	if n <= 1 || len(items) < 2 {
 		return [][]int{indexes(len(items))}
 	}
-	parent := indexes(len(items))
+	return pollIdentitiesOf(items).split(n, links)
+}
+
+// pollIdentities are the identities of a poll's items (identities), item i's at
+// ids[at[i]:at[i+1]]: computed once per poll for both of inLanes' splits.
+type pollIdentities struct {
+	ids []identity
+	at  []int
+}
+
+func pollIdentitiesOf(items []item) pollIdentities {
+	p := pollIdentities{ids: make([]identity, 0, 6*len(items)), at: make([]int, 1, len(items)+1)}
+	for i := range items {
+		p.ids = items[i].appendIdentities(p.ids)
+		p.at = append(p.at, len(p.ids))
+	}
+	return p
+}
+
+// split is splitLanes on the poll's identities p (len(p.at)-1 items, at least 2; n ≥ 2).
+func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
+	items := len(p.at) - 1
+	parent := indexes(items)
 	find := func(i int) int {
 		for parent[i] != i {
 			parent[i] = parent[parent[i]]
@@ -34,33 +57,36 @@ func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
 		}
 		return i
 	}
-	first := make(map[identity]int, 4*len(items))
-	for i := range items {
-		ids := items[i].identities()
-		for _, id := range ids {
-			ids = append(ids, links[id]...) // closed already (storedLinks): one level
+	first := make(map[identity]int, len(p.ids))
+	join := func(i int, id identity) {
+		if j, ok := first[id]; ok {
+			a, b := find(i), find(j)
+			parent[max(a, b)] = min(a, b) // a group's root is its first item
+		} else {
+			first[id] = i
 		}
-		for _, id := range ids {
-			if j, ok := first[id]; ok {
-				a, b := find(i), find(j)
-				parent[max(a, b)] = min(a, b) // a group's root is its first item
-			} else {
-				first[id] = i
+	}
+	for i := range items {
+		for _, id := range p.ids[p.at[i]:p.at[i+1]] {
+			join(i, id)
+			for _, l := range links[id] { // closed already (storedLinks): one level
+				join(i, l)
 			}
 		}
 	}
-	size := map[int]int{}
+	size := make([]int, items) // by root
+	var roots []int
 	for i := range items {
-		size[find(i)]++
-	}
-	roots := make([]int, 0, len(size))
-	for r := range size {
-		roots = append(roots, r)
+		r := find(i)
+		if size[r] == 0 {
+			roots = append(roots, r)
+		}
+		size[r]++
 	}
 	slices.SortFunc(roots, func(a, b int) int { return cmp.Or(cmp.Compare(size[b], size[a]), cmp.Compare(a, b)) })
 	n = min(n, len(roots))
 	load := make([]int, n)
-	lane := make(map[int]int, len(roots))
+	lane := make([]int, items) // by root
 	for _, r := range roots {
 		l := 0
 		for i := 1; i < n; i++ {
@@ -81,23 +107,35 @@ func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
 	return out
 }
 
-// identity is one thing the write path keys rows on: a kind and up to two strings.
-type identity struct {
+// identity is one thing the write path keys rows on — a kind and up to two strings — hashed
+// (identityOf): two different ones that hash alike (about one pair in 2^64) only put their
+// records in one lane, which is always safe.
+type identity uint64
+
+// identityKey is an identity before hashing.
+type identityKey struct {
 	kind byte
 	a, b string
 }
 
-// identities are what the item's record touches (splitLanes): for an attempt event its
-// tenant's intent, idempotency key and event id, its subject, and the references of its
-// recovery identities (provider, payment, client, provider idempotency key) and of its outcome;
-// for a decision its intent, key, event id and reference; one shared identity for every record
-// that did not decode.
-func (it *item) identities() []identity {
+// identitySeed is the process's seed of identityOf.
+var identitySeed = maphash.MakeSeed()
+
+func identityOf(kind byte, a, b string) identity {
+	return identity(maphash.Comparable(identitySeed, identityKey{kind, a, b}))
+}
+
+// appendIdentities appends what the item's record touches (splitLanes): for an attempt event
+// its tenant's intent, idempotency key and event id, its subject, and the references of its
+// recovery identities (provider, payment, client, provider idempotency key) and of its
+// outcome; for a decision its intent, key, event id and reference; one shared identity for
+// every record that did not decode.
+func (it *item) appendIdentities(ids []identity) []identity {
 	switch {
 	case it.attempt != nil:
 		a := it.attempt
-		ids := []identity{{'i', a.TenantID, a.BookingIntentID}, {'k', a.TenantID, a.IdempotencyKey},
-			{'e', a.TenantID, a.EventID}, {'r', a.KeySubject, ""}}
+		ids = append(ids, identityOf('i', a.TenantID, a.BookingIntentID), identityOf('k', a.TenantID, a.IdempotencyKey),
+			identityOf('e', a.TenantID, a.EventID), refIdentity(a.KeySubject))
 		r := a.Recovery
 		ids = appendRefs(ids, r.ProviderReference, r.PaymentReference, r.ClientReference, r.ProviderIdempotencyKey)
 		if o := a.Outcome; o != nil {
@@ -106,19 +144,22 @@ func (it *item) identities() []identity {
 		return ids
 	case it.decision != nil:
 		d := it.decision
-		ids := []identity{{'i', d.TenantID, d.BookingIntentID}, {'k', d.TenantID, d.IdempotencyKey}, {'e', d.TenantID, d.EventID}}
+		ids = append(ids, identityOf('i', d.TenantID, d.BookingIntentID), identityOf('k', d.TenantID, d.IdempotencyKey),
+			identityOf('e', d.TenantID, d.EventID))
 		return appendRefs(ids, d.ProviderReference)
 	}
-	return []identity{{kind: 'x'}}
+	return append(ids, identityOf('x', "", ""))
 }
 
-// appendRefs adds a reference identity for each non-empty ref. References are compared
-// without their tenant or provider, and a subject is one too: grouping more than needed only
-// makes a lane larger.
+// refIdentity is a reference's identity. References are compared without their tenant or
+// provider, and a subject is one too: grouping more than needed only makes a lane larger.
+func refIdentity(ref string) identity { return identityOf('r', ref, "") }
+
+// appendRefs adds a reference identity (refIdentity) for each non-empty ref.
 func appendRefs(ids []identity, refs ...string) []identity {
 	for _, r := range refs {
 		if r != "" {
-			ids = append(ids, identity{'r', r, ""})
+			ids = append(ids, refIdentity(r))
 		}
 	}
 	return ids
@@ -151,7 +192,11 @@ func (in *Ingester) inLanes(ctx context.Context, items []item, apply func(lane [
 	if in.cfg.Lanes <= 1 {
 		return apply(items)
 	}
-	lanes := splitLanes(items, in.cfg.Lanes, nil)
+	if len(items) < 2 {
+		return apply(items)
+	}
+	ids := pollIdentitiesOf(items)
+	lanes := ids.split(in.cfg.Lanes, nil)
 	if len(lanes) > 1 {
 		rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
 		links, err := in.storedLinks(rctx, items)
@@ -160,7 +205,7 @@ func (in *Ingester) inLanes(ctx context.Context, items []item, apply func(lane [
 			in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(items), "err", err)
 			return apply(items)
 		}
-		lanes = splitLanes(items, in.cfg.Lanes, links)
+		lanes = ids.split(in.cfg.Lanes, links)
 	}
 	if len(lanes) == 1 {
 		return apply(items)

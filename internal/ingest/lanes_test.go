@@ -188,8 +188,9 @@ func BenchmarkSplitLanes(b *testing.B) {
 		in := newIngester(Config{Providers: m}.withDefaults(), slog.New(slog.DiscardHandler), nil, telemetry.NewRegistry())
 		items := in.decodeAll(recs)
 		for b.Loop() {
-			splitLanes(items, 2, nil)
-			splitLanes(items, 2, map[identity][]identity{})
+			ids := pollIdentitiesOf(items)
+			ids.split(2, nil)
+			ids.split(2, map[identity][]identity{})
 		}
 	})
 	b.Run("read+split", func(b *testing.B) {
@@ -202,12 +203,13 @@ func BenchmarkSplitLanes(b *testing.B) {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			splitLanes(items, 2, nil)
+			ids := pollIdentitiesOf(items)
+			ids.split(2, nil)
 			links, err := in.storedLinks(b.Context(), items)
 			if err != nil {
 				b.Fatal(err)
 			}
-			splitLanes(items, 2, links)
+			ids.split(2, links)
 		}
 	})
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -537,7 +538,8 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 	out, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (*row, error) {
 		var w row
 		var topic string
-		var key, value, headers []byte
+		var key, value []byte
+		var headers pgtype.DriverBytes // decoded here, into strings of their own: not kept
 		if err := cr.Scan(&w.id, &topic, &key, &value, &headers, &w.failures, &w.eventID); err != nil {
 			return nil, err
 		}
@@ -546,8 +548,19 @@ func (r *Relay) read(ctx context.Context, batch int) ([]*row, error) {
 			w.headersErr = fmt.Errorf("row %d headers: %w", w.id, err)
 		}
 		w.rec = &kgo.Record{Topic: topic, Key: key, Value: value}
-		for _, h := range hs {
-			w.rec.Headers = append(w.rec.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
+		if len(hs) > 0 {
+			// The header values share one buffer (each capped at its end), allocated once.
+			n := 0
+			for _, h := range hs {
+				n += len(h.Value)
+			}
+			buf := make([]byte, 0, n)
+			w.rec.Headers = make([]kgo.RecordHeader, len(hs))
+			for i, h := range hs {
+				at := len(buf)
+				buf = append(buf, h.Value...)
+				w.rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: buf[at:len(buf):len(buf)]}
+			}
 		}
 		return &w, nil
 	})
