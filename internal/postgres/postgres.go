@@ -94,8 +94,7 @@ func OpenWith(ctx context.Context, url string, o Options) (*pgxpool.Pool, error)
 // round trips, between which a pooler may switch sessions) and cache_statement are refused.
 //
 // Every connection encodes and scans google/uuid's uuid.UUID in the binary uuid form
-// (registerUUID), not through its text methods, and encodes []string and []uuid.UUID arrays
-// straight from the slice (registerArrays).
+// (registerUUID), not through its text methods.
 func ParseConfig(url string, o Options) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -130,7 +129,6 @@ func ParseConfig(url string, o Options) (*pgxpool.Config, error) {
 	}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		registerUUID(c.TypeMap())
-		registerArrays(c.TypeMap())
 		return nil
 	}
 	return cfg, nil
