@@ -237,7 +237,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			sleep(ctx, time.Second)
 			continue
 		}
-		if ctx.Err() == nil {
+		if err == nil || ctx.Err() == nil { // a round that published is a resumption, even if ctx ended since
 			r.pauseLog.End("outbox relay resumed")
 		}
 		switch {
