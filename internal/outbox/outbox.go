@@ -57,9 +57,11 @@ func Insert(ctx context.Context, tx pgx.Tx, m Message) error {
 
 // InsertMany writes msgs into the outbox inside tx, in order (ids ascend in slice order);
 // (topic, eventId) repeats, in msgs or of a fact written before, are no-ops as in Insert.
-// Headers are stored in the compact encoding of EncodeHeaders. Two round trips: the facts
-// (outbox_fact_insert_many), then a COPY of the new facts' rows, which costs PostgreSQL about
-// two thirds of the one INSERT … SELECT it replaced (docs/performance.md "The outbox insert").
+// Headers are stored in the compact encoding of EncodeHeaders. Two statements: the facts
+// (outbox_fact_insert_many), then a COPY of the new facts' rows (plus pgx's describe of the COPY
+// columns: once per connection, or every call under the exec and simple_protocol modes of a
+// transaction pooler), which costs PostgreSQL about two thirds of the one INSERT … SELECT it
+// replaced (docs/performance.md "The outbox insert").
 func InsertMany(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -79,41 +81,35 @@ var outboxColumns = []string{"topic", "record_key", "value", "headers", "event_i
 // insert records msgs' facts and copies the rows of those it recorded: the first row of each
 // fact in msgs, unless outbox_fact holds it already.
 func insert(ctx context.Context, tx pgx.Tx, msgs []Message) error {
-	first := make(map[fact]int, len(msgs)) // fact → index in msgs of its first row
+	seen := make(map[fact]bool, len(msgs))
+	firsts := make([]int, 0, len(msgs)) // indexes in msgs of each fact's first row, ascending
 	topics := make([]string, 0, len(msgs))
 	ids := make([]string, 0, len(msgs))
 	for i, m := range msgs {
 		f := fact{m.Topic, m.EventID}
-		if _, ok := first[f]; ok {
+		if seen[f] {
 			continue
 		}
-		first[f] = i
-		topics, ids = append(topics, m.Topic), append(ids, m.EventID)
+		seen[f] = true
+		firsts, topics, ids = append(firsts, i), append(topics, m.Topic), append(ids, m.EventID)
 	}
 	rows, err := tx.Query(ctx, stmts.SQL("outbox_fact_insert_many"), topics, ids)
 	if err != nil {
 		return err
 	}
-	var recorded []fact
+	recorded := map[fact]bool{}
 	for rows.Next() {
 		v := rows.RawValues()
-		recorded = append(recorded, fact{string(v[0]), string(v[1])})
+		recorded[fact{string(v[0]), string(v[1])}] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	write := make([]int, 0, len(recorded)) // indexes in msgs of the rows to copy, ascending
-	if len(recorded) == len(ids) {
-		for _, i := range first {
-			write = append(write, i)
-		}
-	} else {
-		for _, f := range recorded {
-			write = append(write, first[f])
-		}
+	write := firsts
+	if len(recorded) < len(firsts) { // some were recorded before: copy only the new ones
+		write = slices.DeleteFunc(slices.Clone(firsts), func(i int) bool { return !recorded[fact{msgs[i].Topic, msgs[i].EventID}] })
 	}
-	slices.Sort(write)
 	if len(write) == 0 {
 		return nil
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -100,14 +99,15 @@ func TestWriterAndSetAsideTooling(t *testing.T) {
 }
 
 // TestInsertManyKeepsFirstOfEachFact: InsertMany writes, in slice order, the first row of each
-// (topic, eventId) — its value and headers, not a later repeat's — both when every fact is new
-// (all copied) and when some were recorded before (only the new ones copied).
+// (topic, eventId) — its key, value and headers, not a later repeat's — both when every fact is
+// new (all copied) and when some were recorded before (only the new ones copied); a nil key or
+// value is stored as NULL and an empty value as empty.
 func TestInsertManyKeepsFirstOfEachFact(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	m := func(topic, id, value string) outbox.Message {
-		return outbox.Message{Topic: topic, Key: []byte("k-" + id), Value: []byte(value), EventID: id,
+		return outbox.Message{Topic: topic, Key: []byte("k-" + value), Value: []byte(value), EventID: id,
 			Headers: []outbox.Header{{Key: "ce_id", Value: id}, {Key: "x", Value: value}}}
 	}
 	write := func(msgs ...outbox.Message) {
@@ -117,37 +117,42 @@ func TestInsertManyKeepsFirstOfEachFact(t *testing.T) {
 		}
 	}
 	write(m("a", "e2", "first e2"), m("a", "e1", "first e1"), m("a", "e2", "second e2"), m("b", "e2", "b e2"))
-	write(m("a", "e1", "again e1"), m("a", "e4", "first e4"), m("b", "e2", "again b e2"), m("a", "e3", "first e3"), m("a", "e4", "second e4"))
-	rows, err := pool.Query(ctx, `SELECT topic || '/' || event_id || '=' || convert_from(value, 'UTF8') || ' key ' || convert_from(record_key, 'UTF8'), headers
-		FROM outbox ORDER BY id`)
+	write(m("a", "e1", "again e1"), m("a", "e4", "first e4"), m("b", "e2", "again b e2"), m("a", "e3", "first e3"), m("a", "e4", "second e4"),
+		outbox.Message{Topic: "c", EventID: "nil"}, outbox.Message{Topic: "c", EventID: "empty", Value: []byte{}})
+	rows, err := pool.Query(ctx, `SELECT topic, event_id, record_key, value, headers FROM outbox ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for rows.Next() {
-		var row string
-		var headers []byte
-		if err := rows.Scan(&row, &headers); err != nil {
+		var topic, id string
+		var key, value, headers []byte
+		if err := rows.Scan(&topic, &id, &key, &value, &headers); err != nil {
 			t.Fatal(err)
 		}
-		hs, err := outbox.DecodeHeaders(headers, row[strings.Index(row, "/")+1:strings.Index(row, "=")], []byte("k"))
+		hs, err := outbox.DecodeHeaders(headers, id, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s %v", row, hs[1:]))
+		got = append(got, fmt.Sprintf("%s/%s key %q (nil %t) value %q (nil %t) %v", topic, id, key, key == nil, value, value == nil, hs))
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		"a/e2=first e2 key k-e2 [{x first e2}]", "a/e1=first e1 key k-e1 [{x first e1}]", "b/e2=b e2 key k-e2 [{x b e2}]",
-		"a/e4=first e4 key k-e4 [{x first e4}]", "a/e3=first e3 key k-e3 [{x first e3}]",
+		`a/e2 key "k-first e2" (nil false) value "first e2" (nil false) [{ce_id e2} {x first e2}]`,
+		`a/e1 key "k-first e1" (nil false) value "first e1" (nil false) [{ce_id e1} {x first e1}]`,
+		`b/e2 key "k-b e2" (nil false) value "b e2" (nil false) [{ce_id e2} {x b e2}]`,
+		`a/e4 key "k-first e4" (nil false) value "first e4" (nil false) [{ce_id e4} {x first e4}]`,
+		`a/e3 key "k-first e3" (nil false) value "first e3" (nil false) [{ce_id e3} {x first e3}]`,
+		`c/nil key "" (nil true) value "" (nil true) []`,
+		`c/empty key "" (nil true) value "" (nil false) []`,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("outbox rows in id order:\n got %q\nwant %q", got, want)
 	}
 	var facts int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_fact`).Scan(&facts); err != nil || facts != 5 {
-		t.Fatalf("outbox_fact rows = %d, %v; want 5", facts, err)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_fact`).Scan(&facts); err != nil || facts != 7 {
+		t.Fatalf("outbox_fact rows = %d, %v; want 7", facts, err)
 	}
 }

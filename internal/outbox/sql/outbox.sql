@@ -1,4 +1,5 @@
--- The outbox writer's statements on the outbox and outbox_fact tables
+-- The outbox writer's statements on the outbox and outbox_fact tables (the rows themselves are
+-- written by a COPY in outbox.insert)
 -- (migrations/sql/00001_schema.sql, 00002_outbox_set_aside.sql, 00008_outbox_write_less.sql).
 -- The relay's own statements on the outbox (its round's read, its deletes and failure records)
 -- are internal/relay/sql/outbox.sql.
