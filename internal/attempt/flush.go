@@ -313,28 +313,15 @@ func (b *Bulk) reset() {
 	clear(b.marks)
 }
 
-// copyRows is a COPY source of n rows of width values, row i written by fill into one row reused
-// for every row (COPY encodes a row before it asks for the next).
+// copyRows is a COPY source of n rows of width values (pgx.CopyFromSlice), row i written by fill
+// into one row reused for every row: COPY encodes a row before it asks for the next.
 func copyRows(n, width int, fill func(i int, row []any)) pgx.CopyFromSource {
-	return &rowFiller{n: n, i: -1, row: make([]any, width), fill: fill}
+	row := make([]any, width)
+	return pgx.CopyFromSlice(n, func(i int) ([]any, error) {
+		fill(i, row)
+		return row, nil
+	})
 }
-
-type rowFiller struct {
-	n, i int
-	row  []any
-	fill func(i int, row []any)
-}
-
-func (r *rowFiller) Next() bool {
-	if r.i++; r.i >= r.n {
-		return false
-	}
-	r.fill(r.i, r.row)
-	return true
-}
-
-func (r *rowFiller) Values() ([]any, error) { return r.row, nil }
-func (r *rowFiller) Err() error             { return nil }
 
 // nv is s as a nullable column value: nil (NULL) when empty.
 func nv(s string) any {

@@ -301,7 +301,7 @@ func (in *Ingester) dedupOutcome(o processedevent.Outcome, topic, eventID string
 }
 
 // storedLinks reads what items' records reach through stored rows (attempt.ReadLinks: one
-// unlocked statement) as links for splitLanes (linkIdentities).
+// unlocked statement) as links for the lanes' split (linkIdentities).
 func (in *Ingester) storedLinks(ctx context.Context, items []item) (map[identity][]identity, error) {
 	evs := make([]*events.Attempt, 0, len(items))
 	var decs []*events.Decision
@@ -320,7 +320,7 @@ func (in *Ingester) storedLinks(ctx context.Context, items []item) (map[identity
 	return linkIdentities(l), nil
 }
 
-// linkIdentities are l as splitLanes joins on them, closed: a key's identity links to its
+// linkIdentities are l as the lanes' split joins on them, closed: a key's identity links to its
 // stored attempt's intent, to its kept decisions' references and to those references' holders'
 // intents; a reference's to its holders' intents.
 func linkIdentities(l attempt.Links) map[identity][]identity {

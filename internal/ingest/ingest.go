@@ -75,7 +75,7 @@ type Config struct {
 	// connection (default 2; 1: one transaction per poll). Records that share an intent, key,
 	// event id, subject or reference stay in one lane, in poll order, and so do records their
 	// stored rows link — a key's stored attempt, a kept decision's reference, a reference's
-	// stored holder — read unlocked before the split (splitLanes, attempt.ReadLinks), so that
+	// stored holder — read unlocked before the split (pollIdentities.split, attempt.ReadLinks), so that
 	// lanes leave the database one lane leaves (docs/design.md#transactions-and-locks). The
 	// poll's offsets are committed once every lane has committed.
 	Lanes int

@@ -14,22 +14,6 @@ import (
 // A lane is a part of a poll applied in a transaction of its own, on its own connection, at the
 // same time as the poll's other lanes (Config.Lanes; docs/design.md#transactions-and-locks).
 //
-// splitLanes divides a decoded poll into at most n lanes: records that share an intent, an
-// idempotency key, an event id, a subject (the booking or payment an operation acts on) or a
-// reference — the identities the poll's records lock, claim or deduplicate on — are in one lane,
-// in poll order, and so are records that links (storedLinks: the poll's identities → those its
-// stored rows link them to) joins: a key's stored attempt's intent, a key's kept decisions'
-// references, a reference's stored holder's intent. Records that did not decode share one lane.
-// Groups go, largest first, to the lane with the fewest records (ties: the earlier group, the
-// lower lane). It returns the non-empty lanes in lane order, each with the indexes of its items
-// in items; one lane holding every item when n ≤ 1.
-func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
-	if n <= 1 || len(items) < 2 {
-		return [][]int{indexes(len(items))}
-	}
-	return pollIdentitiesOf(items).split(n, links)
-}
-
 // pollIdentities are the identities of a poll's items (identities), item i's at
 // ids[at[i]:at[i+1]]: computed once per poll for both of inLanes' splits.
 type pollIdentities struct {
@@ -46,7 +30,15 @@ func pollIdentitiesOf(items []item) pollIdentities {
 	return p
 }
 
-// split is splitLanes on the poll's identities p (len(p.at)-1 items, at least 2; n ≥ 2).
+// split divides the poll whose identities are p (len(p.at)-1 items, at least 2) into at most n
+// lanes (n ≥ 2): records that share an intent, an idempotency key, an event id, a subject (the
+// booking or payment an operation acts on) or a reference — the identities the poll's records
+// lock, claim or deduplicate on — are in one lane, in poll order, and so are records that links
+// (storedLinks: the poll's identities → those its stored rows link them to) joins: a key's
+// stored attempt's intent, a key's kept decisions' references, a reference's stored holder's
+// intent. Records that did not decode share one lane. Groups go, largest first, to the lane
+// with the fewest records (ties: the earlier group, the lower lane). It returns the non-empty
+// lanes in lane order, each with the indexes of its items.
 func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
 	items := len(p.at) - 1
 	parent := indexes(items)
@@ -125,7 +117,7 @@ func identityOf(kind byte, a, b string) identity {
 	return identity(maphash.Comparable(identitySeed, identityKey{kind, a, b}))
 }
 
-// appendIdentities appends what the item's record touches (splitLanes): for an attempt event
+// appendIdentities appends what the item's record touches (pollIdentities.split): for an attempt event
 // its tenant's intent, idempotency key and event id, its subject, and the references of its
 // recovery identities (provider, payment, client, provider idempotency key) and of its
 // outcome; for a decision its intent, key, event id and reference; one shared identity for
@@ -182,7 +174,7 @@ func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, pollSize
 	return in.inLanes(ctx, in.decodeAll(data), func(lane []item) error { return in.applyRetrying(ctx, lane, pollSize) })
 }
 
-// inLanes splits items into lanes (splitLanes, Config.Lanes) and calls apply with each lane's
+// inLanes splits items into lanes (split, Config.Lanes) and calls apply with each lane's
 // items, every lane on a goroutine of its own (a single lane on the caller's); it returns once
 // all have returned, with their errors joined. When the poll's own identities give more than one
 // group it first reads what the poll's stored rows link (storedLinks, bounded by

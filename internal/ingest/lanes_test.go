@@ -16,6 +16,15 @@ import (
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 
+// splitLanes is inLanes' split of items into at most n lanes with links (split); one lane
+// holding every item when n ≤ 1 or items has fewer than two.
+func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
+	if n <= 1 || len(items) < 2 {
+		return [][]int{indexes(len(items))}
+	}
+	return pollIdentitiesOf(items).split(n, links)
+}
+
 // TestSplitLanes: records that share an intent, idempotency key, event id, subject or reference
 // share a lane, in poll order; records that did not decode share one lane; groups go largest
 // first to the emptiest lane; one lane when n ≤ 1.
