@@ -23,6 +23,7 @@ import (
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/attempt"
 	"github.com/bookrecon/bookrecon/internal/kafka"
+	"github.com/bookrecon/bookrecon/internal/postgres"
 	"github.com/bookrecon/bookrecon/internal/query"
 	"github.com/bookrecon/bookrecon/internal/service"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -551,14 +552,22 @@ func (c *decideCmd) lookup(ctx context.Context, deps decideDeps) (decideAttempt,
 		a.Status, to, only), nil
 }
 
-// withPool opens a small pool on the database for one command.
+// withPool opens a small pool on the database for one command. When fn fails because a table
+// or column is missing (postgres.IsUnmigrated: the database was never migrated, or by an older
+// binary), the error goes on to say so and what to do.
 func withPool(ctx context.Context, g *Globals, fn func(*pgxpool.Pool) error) error {
 	pool, err := g.open(ctx, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	return fn(pool)
+	if err := fn(pool); postgres.IsUnmigrated(err) {
+		return fmt.Errorf("%w; %s holds no bookrecon schema, or an older one than this binary's: "+
+			"run `bookrecon migrate` with the same BOOKRECON_DATABASE_URL (or start a service, which migrates first)", err, where(pool))
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

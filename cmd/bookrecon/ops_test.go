@@ -666,3 +666,38 @@ dec_0009  CONFIRMED LEG-1  ops.agent.07  2026-11-30T09:00:00Z  2026-11-30T09:00:
 		t.Errorf("output (-want +got):\n%s", diff)
 	}
 }
+
+// TestOpsCommandsOnUnmigratedDatabase: a command run against a database without the schema
+// (never migrated) says what to do — migrate — after PostgreSQL's own error, for decide (which
+// then publishes nothing) as for the read commands.
+func TestOpsCommandsOnUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cfg.ConnConfig
+	hint := fmt.Sprintf("; database %s on %s:%d holds no bookrecon schema, or an older one than this binary's: "+
+		"run `bookrecon migrate` with the same BOOKRECON_DATABASE_URL (or start a service, which migrates first)", cc.Database, cc.Host, cc.Port)
+	g := &Globals{DatabaseURL: url}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		run  func() error
+		pg   string // PostgreSQL's error, before the hint
+	}{
+		{"decide", func() error {
+			c := validDecide()
+			c.Pending = true
+			return c.Run(ctx, g)
+		}, `relation "booking_attempt" does not exist (SQLSTATE 42P01)`},
+		{"escalations list", func() error { return (&escalationsListCmd{Limit: 10}).Run(ctx, g) },
+			`relation "escalation" does not exist (SQLSTATE 42P01)`},
+	} {
+		err := tt.run()
+		if err == nil || !strings.HasSuffix(err.Error(), tt.pg+hint) {
+			t.Errorf("%s: err = %v\nwant it to end with %s%s", tt.name, err, tt.pg, hint)
+		}
+	}
+}

@@ -39,3 +39,13 @@ func IsCreateRace(err error) bool {
 	c := SQLState(err)
 	return c == "42P07" || c == "23505"
 }
+
+// IsUnmigrated reports whether err is PostgreSQL saying a table or column the statement names
+// does not exist: 42P01 (undefined_table) or 42703 (undefined_column). The statements are
+// tested against the migrated schema, so this means the database's schema is missing or older
+// than this binary's: run the migrations (`bookrecon migrate`, or start a service, which
+// migrates first).
+func IsUnmigrated(err error) bool {
+	c := SQLState(err)
+	return c == "42P01" || c == "42703"
+}

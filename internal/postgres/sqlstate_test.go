@@ -16,7 +16,7 @@ import (
 func TestSQLStatePredicates(t *testing.T) {
 	t.Parallel()
 	pg := func(code string) error { return fmt.Errorf("insert: %w", &pgconn.PgError{Code: code}) }
-	type verdict struct{ retryable, data, outage, statement, createRace bool }
+	type verdict struct{ retryable, data, outage, statement, createRace, unmigrated bool }
 	for _, c := range []struct {
 		name string
 		err  error
@@ -38,12 +38,14 @@ func TestSQLStatePredicates(t *testing.T) {
 		{"check violation 23514", pg("23514"), verdict{data: true, statement: true}},
 		{"unique violation 23505", pg("23505"), verdict{data: true, statement: true, createRace: true}},
 		{"index row too large 54000", pg("54000"), verdict{data: true, statement: true}},
-		{"undefined column 42703", pg("42703"), verdict{statement: true}},
+		{"undefined column 42703", pg("42703"), verdict{statement: true, unmigrated: true}},
+		{"undefined table 42P01", pg("42P01"), verdict{statement: true, unmigrated: true}},
+		{"undefined function 42883", pg("42883"), verdict{statement: true}},
 		{"duplicate table 42P07", pg("42P07"), verdict{statement: true, createRace: true}},
 		{"insufficient privilege 42501", pg("42501"), verdict{statement: true}},
 	} {
 		got := verdict{postgres.IsRetryable(c.err), postgres.IsDataError(c.err), postgres.IsOutage(c.err),
-			postgres.IsStatementError(c.err), postgres.IsCreateRace(c.err)}
+			postgres.IsStatementError(c.err), postgres.IsCreateRace(c.err), postgres.IsUnmigrated(c.err)}
 		if got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}

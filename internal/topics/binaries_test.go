@@ -27,6 +27,7 @@ import (
 
 	"github.com/bookrecon/bookrecon/events"
 	"github.com/bookrecon/bookrecon/internal/harness/kafkatest"
+	"github.com/bookrecon/bookrecon/internal/harness/pgtest"
 	"github.com/bookrecon/bookrecon/internal/harness/pipelinetest"
 	"github.com/bookrecon/bookrecon/internal/harness/samples"
 	"github.com/bookrecon/bookrecon/internal/topics"
@@ -190,7 +191,10 @@ func TestSuffixCommands(t *testing.T) {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, want.All()...)
 	})
-	env := []string{"BOOKRECON_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(), ","), "BOOKRECON_TOPIC_SUFFIX=" + sfx}
+	// decide looks the attempt up in a database of its own, migrated: never the environment's
+	// default database, which a fresh machine has not migrated.
+	env := []string{"BOOKRECON_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(), ","), "BOOKRECON_TOPIC_SUFFIX=" + sfx,
+		"BOOKRECON_DATABASE_URL=" + pgtest.NewURL(t)}
 	const bound = 60 * time.Second
 
 	stdout, stderr, code := pipelinetest.RunBinary(t, bound, bin, env, "topics")
