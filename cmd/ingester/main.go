@@ -21,7 +21,7 @@ type cli struct {
 	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 4 + lanes)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int           `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
-	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"4000" help:"Records per poll, split into the lanes' transactions."`
+	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"8000" help:"Records per poll, split into the lanes' transactions."`
 	Lanes         int           `env:"BOOKRECON_INGEST_LANES" default:"2" help:"Transactions a poll is split into and applied at once (docs/design.md#transactions-and-locks)."`
 	BatchTimeout  time.Duration `env:"BOOKRECON_BATCH_TIMEOUT" default:"60s" help:"Bound on one try of a batch's database work; past it the batch pauses and is retried."`
 	Group         string        `env:"BOOKRECON_INGESTER_GROUP" help:"Consumer group (default bookrecon-ingester)."`

@@ -54,8 +54,10 @@ type Config struct {
 	Providers *providers.Map // capability map (required): known providers, lookups, maxVersions
 	Group     string         // consumer group (default kafka.GroupIngester)
 	Topics    Topics         // default topics.Default()
-	// MaxPollRecords bounds a batch (default 4000: the per-batch statements amortise, +20% over
-	// 1000 in `make bench`; a batch holds its intents' locks for well under a second).
+	// MaxPollRecords bounds a batch (default 8000, about 4,000 a lane: the per-batch work — the
+	// lanes' pre-read, the batch's reads, statements, commits, the offset commit — amortises;
+	// ×1.09–1.16 over 4000 in BenchmarkIngestEndToEnd, docs/performance.md; a batch holds its
+	// intents' locks for well under a second).
 	MaxPollRecords int
 	// TransportTimeoutCodes extend events.DefaultTransportTimeoutCodes.
 	TransportTimeoutCodes []string
@@ -66,7 +68,7 @@ type Config struct {
 	RetentionMargin time.Duration
 	// FirstCheck is the delay before the reconciler's first check of a new UNKNOWN (default 1s).
 	FirstCheck time.Duration
-	// BatchTimeout bounds one try of a batch's database work (default 60 s; a 4,000-record batch
+	// BatchTimeout bounds one try of a batch's database work (default 60 s; an 8,000-record batch
 	// takes well under a second). A database that stops answering without closing the
 	// connection — a gray failure — then pauses the ingester (metric, /readyz, log) and the batch
 	// is retried, instead of hanging it while it still looks ready.
@@ -89,7 +91,7 @@ func (c Config) withDefaults() Config {
 	if c.Topics == (Topics{}) {
 		c.Topics = topics.Default()
 	}
-	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, 4000)
+	c.MaxPollRecords = cmp.Or(c.MaxPollRecords, 8000)
 	c.RetentionDays = cmp.Or(c.RetentionDays, 14)
 	c.RetentionMargin = cmp.Or(c.RetentionMargin, 24*time.Hour)
 	c.FirstCheck = cmp.Or(c.FirstCheck, time.Second)
