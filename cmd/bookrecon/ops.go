@@ -553,8 +553,9 @@ func (c *decideCmd) lookup(ctx context.Context, deps decideDeps) (decideAttempt,
 }
 
 // withPool opens a small pool on the database for one command. When fn fails because a table
-// or column is missing (postgres.IsUnmigrated: the database was never migrated, or by an older
-// binary), the error goes on to say so and what to do.
+// or column is missing (postgres.IsUnmigrated: the wrong database, one never migrated, or one
+// migrated by another version), the error goes on to say so and what to do; PostgreSQL's error
+// stays in the chain (errors.As).
 func withPool(ctx context.Context, g *Globals, fn func(*pgxpool.Pool) error) error {
 	pool, err := g.open(ctx, 2)
 	if err != nil {
@@ -562,8 +563,9 @@ func withPool(ctx context.Context, g *Globals, fn func(*pgxpool.Pool) error) err
 	}
 	defer pool.Close()
 	if err := fn(pool); postgres.IsUnmigrated(err) {
-		return fmt.Errorf("%w; %s holds no bookrecon schema, or an older one than this binary's: "+
-			"run `bookrecon migrate` with the same BOOKRECON_DATABASE_URL (or start a service, which migrates first)", err, where(pool))
+		return fmt.Errorf("%w; %s holds no bookrecon schema, or one of another version than this binary's: "+
+			"if it is the intended database (BOOKRECON_DATABASE_URL, --database-url), migrate it with this binary's `bookrecon migrate` "+
+			"(BOOKRECON_MIGRATE_DATABASE_URL behind a transaction pooler) or start a service, which migrates first", err, where(pool))
 	} else if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bookrecon/bookrecon/events"
@@ -668,8 +669,8 @@ dec_0009  CONFIRMED LEG-1  ops.agent.07  2026-11-30T09:00:00Z  2026-11-30T09:00:
 }
 
 // TestOpsCommandsOnUnmigratedDatabase: a command run against a database without the schema
-// (never migrated) says what to do — migrate — after PostgreSQL's own error, for decide (which
-// then publishes nothing) as for the read commands.
+// (never migrated) says what to do — check the URL, migrate — after PostgreSQL's own error, which
+// stays in the chain, for decide (refused before it publishes) as for the read commands.
 func TestOpsCommandsOnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURL(t)
@@ -678,8 +679,9 @@ func TestOpsCommandsOnUnmigratedDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := cfg.ConnConfig
-	hint := fmt.Sprintf("; database %s on %s:%d holds no bookrecon schema, or an older one than this binary's: "+
-		"run `bookrecon migrate` with the same BOOKRECON_DATABASE_URL (or start a service, which migrates first)", cc.Database, cc.Host, cc.Port)
+	hint := fmt.Sprintf("; database %s on %s:%d holds no bookrecon schema, or one of another version than this binary's: "+
+		"if it is the intended database (BOOKRECON_DATABASE_URL, --database-url), migrate it with this binary's `bookrecon migrate` "+
+		"(BOOKRECON_MIGRATE_DATABASE_URL behind a transaction pooler) or start a service, which migrates first", cc.Database, cc.Host, cc.Port)
 	g := &Globals{DatabaseURL: url}
 	ctx := context.Background()
 	for _, tt := range []struct {
@@ -698,6 +700,9 @@ func TestOpsCommandsOnUnmigratedDatabase(t *testing.T) {
 		err := tt.run()
 		if err == nil || !strings.HasSuffix(err.Error(), tt.pg+hint) {
 			t.Errorf("%s: err = %v\nwant it to end with %s%s", tt.name, err, tt.pg, hint)
+		}
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+			t.Errorf("%s: PostgreSQL's 42P01 is not in the chain of %v", tt.name, err)
 		}
 	}
 }

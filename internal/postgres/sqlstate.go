@@ -42,9 +42,9 @@ func IsCreateRace(err error) bool {
 
 // IsUnmigrated reports whether err is PostgreSQL saying a table or column the statement names
 // does not exist: 42P01 (undefined_table) or 42703 (undefined_column). The statements are
-// tested against the migrated schema, so this means the database's schema is missing or older
-// than this binary's: run the migrations (`bookrecon migrate`, or start a service, which
-// migrates first).
+// tested against the migrated schema, so this means the database is not the intended one, or
+// its schema is missing or of another version than this binary's (`bookrecon migrate`, or a
+// service, which migrates first, brings it to this binary's).
 func IsUnmigrated(err error) bool {
 	c := SQLState(err)
 	return c == "42P01" || c == "42703"

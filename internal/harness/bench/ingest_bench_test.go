@@ -85,7 +85,8 @@ type benchRun struct {
 //     peak RSS and start-up time (two lanes, the default); and the happy mix again with one lane (BOOKRECON_INGEST_LANES=1);
 //   - the ceiling: the PostgreSQL side of the happy mix without Kafka — the ingester's own batch
 //     apply (ingest.Applier: insert-first, state, audit, anomalies, outbox), 4,000 records per
-//     transaction as the ingester polls them, decoded beforehand and not timed;
+//     transaction (a lane of the ingester's default 8,000-record poll), decoded beforehand and
+//     not timed;
 //   - the baseline: the same work, one transaction per event (the same code with one-record
 //     batches, set-based or per-event path, whichever is faster, on the first
 //     BOOKRECON_BENCH_BASELINE_EVENTS records, default 3,000);
