@@ -562,14 +562,13 @@ func withPool(ctx context.Context, g *Globals, fn func(*pgxpool.Pool) error) err
 		return err
 	}
 	defer pool.Close()
-	if err := fn(pool); postgres.IsUnmigrated(err) {
+	err = fn(pool)
+	if postgres.IsUnmigrated(err) {
 		return fmt.Errorf("%w; %s holds no bookrecon schema, or one of another version than this binary's: "+
 			"if it is the intended database (BOOKRECON_DATABASE_URL, --database-url), migrate it with this binary's `bookrecon migrate` "+
 			"(BOOKRECON_MIGRATE_DATABASE_URL behind a transaction pooler) or start a service, which migrates first", err, where(pool))
-	} else if err != nil {
-		return err
 	}
-	return nil
+	return err
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
