@@ -52,5 +52,30 @@ func (a *Applier) Apply(ctx context.Context, b Batch) error { return a.in.applyI
 // transaction of its own, at once (docs/design.md#transactions-and-locks). It returns the
 // lanes' errors joined; the lanes that committed stand, and b may be applied again as with Apply.
 func (a *Applier) ApplyLanes(ctx context.Context, b Batch) error {
-	return a.in.inLanes(ctx, b.items, func(lane []item) error { return a.in.applyItems(ctx, lane) })
+	return a.in.runPlan(ctx, a.in.planLanes(ctx, b.items, nil), func(lane []item) error { return a.in.applyItems(ctx, lane) })
+}
+
+// ApplyPolls applies polls in order as the ingester applies consecutive polls: each split into
+// Config.Lanes lanes as ApplyLanes does, its stored links read while the poll before it is
+// applied — here before that poll is applied at all, the stalest such read — so that what the
+// poll before writes is joined through that poll's split (docs/design.md#transactions-and-locks).
+// It returns the first poll's error (its lanes' errors joined); the polls before it and the lanes
+// that committed stand.
+func (a *Applier) ApplyPolls(ctx context.Context, polls ...Batch) error {
+	apply := func(lane []item) error { return a.in.applyItems(ctx, lane) }
+	var plan *lanePlan
+	for i, b := range polls {
+		if plan == nil {
+			plan = a.in.planLanes(ctx, b.items, nil)
+		}
+		var next *lanePlan
+		if i+1 < len(polls) {
+			next = a.in.planLanes(ctx, polls[i+1].items, plan)
+		}
+		if err := a.in.runPlan(ctx, plan, apply); err != nil {
+			return err
+		}
+		plan = next
+	}
+	return nil
 }

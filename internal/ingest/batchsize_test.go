@@ -23,7 +23,10 @@ import (
 // (applied in the batch), the kept ones sharing one provider reference and the applied ones
 // another, so their claims conflict — applied through the ingester's own batch code in one batch, in
 // batches of 7 and one record per batch, and in lanes applied at once as the ingester applies a
-// poll (the whole in 2 and in 3 lanes, batches of 100 in 2), leaves the same database: every row of booking_attempt,
+// poll (the whole in 2 and in 3 lanes, batches of 100 in 2), and in batches read ahead as the
+// ingester reads the next poll while one is applied (batches of 100 in 2 lanes, of 23 in 3, each
+// one's stored links read before the one before it is applied: Applier.ApplyPolls), leaves the
+// same database: every row of booking_attempt,
 // attempt_transition, escalation, anomaly, outbox, provider_reference_claim, pending_decision
 // and processed_event, compared without the columns a transaction's clock or a random id fills
 // in (dumpTables).
@@ -69,15 +72,26 @@ func TestBatchSizeInvariance(t *testing.T) {
 		t.Fatal(err)
 	}
 	// run applies recs in batches of size, each in one transaction (lanes 0) or split into that
-	// many lanes applied at once (Applier.ApplyLanes, as the ingester applies a poll).
-	run := func(size, lanes int) []string {
+	// many lanes applied at once (Applier.ApplyLanes, as the ingester applies a poll); with ahead,
+	// each batch's stored links read before the batch before it is applied (Applier.ApplyPolls,
+	// as the ingester reads the next poll while one is applied).
+	run := func(size, lanes int, ahead bool) []string {
 		pool := pgtest.NewPool(t)
 		ap, err := ingest.NewApplier(ingest.Config{Providers: m, Lanes: lanes}, pool, ingest.Deps{Logger: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
+		var polls []ingest.Batch
 		for lo := 0; lo < len(recs); lo += size {
-			b := ap.Decode(recs[lo:min(lo+size, len(recs))])
+			polls = append(polls, ap.Decode(recs[lo:min(lo+size, len(recs))]))
+		}
+		if ahead {
+			if err := ap.ApplyPolls(ctx, polls...); err != nil {
+				t.Fatal(err)
+			}
+			return dumpTables(t, pool)
+		}
+		for _, b := range polls {
 			if lanes == 0 {
 				err = ap.Apply(ctx, b)
 			} else {
@@ -89,7 +103,7 @@ func TestBatchSizeInvariance(t *testing.T) {
 		}
 		return dumpTables(t, pool)
 	}
-	whole := run(len(recs), 0)
+	whole := run(len(recs), 0, false)
 	// The workload is what the oracle claims: attempts in every shape, decisions kept and applied.
 	joined := strings.Join(whole, "\n")
 	for _, want := range []string{"|UNKNOWN|", "|CONFIRMED|manual|", "|FAILED|not_sent|", "|key_conflict|open|", "|blind_retry|open|",
@@ -98,11 +112,17 @@ func TestBatchSizeInvariance(t *testing.T) {
 			t.Errorf("the workload leaves no row with %q", want)
 		}
 	}
-	for _, c := range []struct{ size, lanes int }{{7, 0}, {1, 0}, {len(recs), 2}, {len(recs), 3}, {100, 2}} {
-		got := run(c.size, c.lanes)
+	for _, c := range []struct {
+		size, lanes int
+		ahead       bool
+	}{{7, 0, false}, {1, 0, false}, {len(recs), 2, false}, {len(recs), 3, false}, {100, 2, false}, {100, 2, true}, {23, 3, true}} {
+		got := run(c.size, c.lanes, c.ahead)
 		name := fmt.Sprintf("batches of %d", c.size)
 		if c.lanes > 0 {
 			name += fmt.Sprintf(" in %d lanes", c.lanes)
+		}
+		if c.ahead {
+			name += ", each one's links read before the one before it is applied"
 		}
 		if len(got) != len(whole) {
 			t.Errorf("%s: %d rows, one batch %d", name, len(got), len(whole))

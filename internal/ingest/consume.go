@@ -13,22 +13,36 @@ import (
 )
 
 // consume polls batches of at most MaxPollRecords and handles each (handle) until ctx ends or
-// the client closes; rebalances wait while a batch is in hand (BlockRebalanceOnPoll). It
-// returns nil once ctx ends or the client is closed: handle retries a batch until then.
+// the client closes. While a batch is applied it reads the next one ahead (pollAhead: polled,
+// decoded, its stored links read), so that neither the cores nor the database wait between
+// batches. Rebalances wait while a batch is in hand (BlockRebalanceOnPoll) and go ahead after
+// each offset commit; a batch read ahead is applied even when that rebalance moves its
+// partitions: their new owner reads them again from the committed offset and processed_event
+// absorbs whichever of the two applies second, as when the group moves on during a batch
+// (groupMovedOn). It returns nil once ctx ends or the client is closed: handle retries a batch
+// until then, and a batch read ahead is left uncommitted.
 func (in *Ingester) consume(ctx context.Context) error {
+	var ahead *polled
 	for {
-		fetches := in.client.PollRecords(ctx, in.cfg.MaxPollRecords)
-		if ctx.Err() != nil || fetches.IsClientClosed() {
-			in.client.AllowRebalance()
-			return nil
+		b := ahead
+		ahead = nil
+		if b == nil {
+			fetches := in.client.PollRecords(ctx, in.cfg.MaxPollRecords)
+			if ctx.Err() != nil || fetches.IsClientClosed() {
+				in.client.AllowRebalance()
+				return nil
+			}
+			b = in.polledOf(ctx, fetches, nil)
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			in.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		recs := fetches.Records()
-		if len(recs) > 0 {
+		if b != nil {
 			start := time.Now()
-			if err := in.handle(ctx, recs); err != nil {
+			actx, stop := context.WithCancel(ctx)
+			next := make(chan *polled, 1)
+			go func() { next <- in.pollAhead(ctx, actx, b.plan) }()
+			err := in.handle(ctx, b)
+			stop()
+			ahead = <-next
+			if err != nil {
 				in.client.AllowRebalance()
 				if ctx.Err() != nil {
 					return nil
@@ -41,26 +55,66 @@ func (in *Ingester) consume(ctx context.Context) error {
 	}
 }
 
-// commitTimeout bounds one offset-commit try. franz-go alone retries a commit against an
-// unavailable coordinator for up to 30 s; a shorter bound makes the outage visible (pause
-// counter, /readyz) within seconds, and the retry continues under handle's backoff.
-const commitTimeout = 5 * time.Second
+// polled is a batch in hand: its records as polled, control records included (their offsets are
+// committed, they are never applied), and its data records decoded and planned into lanes (nil
+// when it holds control records only).
+type polled struct {
+	recs []*kgo.Record
+	plan *lanePlan
+}
 
-// handle applies a batch (in lanes when Config.Lanes > 1: applyLanes) and commits its
-// offsets, retrying with backoff while PostgreSQL or Kafka is unavailable; each try of the
-// database work is bounded by Config.BatchTimeout, so a hung database pauses the batch too.
-// Once the database work has committed only the offset commit is retried, so the batch's
-// transaction is not run again (a batch rerun after an ambiguous COMMIT failure is deduplicated
-// record by record). It returns nil once the offsets are committed or the group has moved on
-// (groupMovedOn), and ctx's error when ctx ends first.
-func (in *Ingester) handle(ctx context.Context, recs []*kgo.Record) error {
+// pollAhead polls the batch after inFlight's while inFlight is applied, until actx ends (the
+// batch in hand committed: then an empty poll returns nil at once), and plans it with inFlight as
+// the poll in flight (planLanes). The links' read runs on ctx, so a batch polled just before actx
+// ends is planned in full.
+func (in *Ingester) pollAhead(ctx, actx context.Context, inFlight *lanePlan) *polled {
+	fetches := in.client.PollRecords(actx, in.cfg.MaxPollRecords)
+	if fetches.IsClientClosed() {
+		return nil
+	}
+	return in.polledOf(ctx, fetches, inFlight)
+}
+
+// polledOf is the batch fetches hold (nil when none), its fetch errors logged (a poll ended by
+// its context is none), planned with inFlight as the poll in flight.
+func (in *Ingester) polledOf(ctx context.Context, fetches kgo.Fetches, inFlight *lanePlan) *polled {
+	fetches.EachError(func(topic string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			in.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		}
+	})
+	recs := fetches.Records()
+	if len(recs) == 0 {
+		return nil
+	}
+	b := &polled{recs: recs}
 	// Control records (transaction markers) are no facts: committed, never applied.
 	data := recs
 	if slices.ContainsFunc(recs, isControl) {
 		data = slices.DeleteFunc(slices.Clone(recs), isControl)
 	}
 	if len(data) > 0 {
-		if err := in.applyLanes(ctx, data, len(recs)); err != nil {
+		b.plan = in.planLanes(ctx, in.decodeAll(data), inFlight)
+	}
+	return b
+}
+
+// commitTimeout bounds one offset-commit try. franz-go alone retries a commit against an
+// unavailable coordinator for up to 30 s; a shorter bound makes the outage visible (pause
+// counter, /readyz) within seconds, and the retry continues under handle's backoff.
+const commitTimeout = 5 * time.Second
+
+// handle applies a batch (in lanes when Config.Lanes > 1: runPlan) and commits its offsets,
+// retrying with backoff while PostgreSQL or Kafka is unavailable; each try of the database work
+// is bounded by Config.BatchTimeout, so a hung database pauses the batch too. Once the database
+// work has committed only the offset commit is retried, so the batch's transaction is not run
+// again (a batch rerun after an ambiguous COMMIT failure is deduplicated record by record). It
+// returns nil once the offsets are committed or the group has moved on (groupMovedOn), and ctx's
+// error when ctx ends first.
+func (in *Ingester) handle(ctx context.Context, batch *polled) error {
+	recs := batch.recs
+	if batch.plan != nil {
+		if err := in.runPlan(ctx, batch.plan, func(lane []item) error { return in.applyRetrying(ctx, lane, len(recs)) }); err != nil {
 			return err
 		}
 	}

@@ -130,10 +130,15 @@ func (c Config) validate() error {
 }
 
 // Needs are the parts of an ingester with lanes lanes (Config.Lanes) that hold a database
-// connection at the same time; the smallest pool it runs on is their sum.
+// connection at the same time; the smallest pool it runs on is their sum. With more than one
+// lane, the next batch's read of its stored links runs while the lanes' transactions do.
 func Needs(lanes int) service.Needs {
-	return service.Needs{{What: "batch transactions (one per lane)", Conns: int32(lanes)}, service.RelayNeed, {What: "partition maintenance", Conns: 1},
+	n := service.Needs{{What: "batch transactions (one per lane)", Conns: int32(lanes)}, service.RelayNeed, {What: "partition maintenance", Conns: 1},
 		{What: "lag collector (on scrape)", Conns: 1}, service.ReadinessNeed}
+	if lanes > 1 {
+		n = append(n, service.Need{What: "the next batch's read of its stored links", Conns: 1})
+	}
+	return n
 }
 
 // spec is how service.Run runs the ingester (c with its defaults). It has no Spec.Publish: the

@@ -25,7 +25,16 @@ import (
 //     duplicate closes the duplicate_provider_reference escalation it could not see in another
 //     lane; one before it gives the escalation the holder's decided status;
 //   - G3, a decision kept for a key whose reference another record brings: the kept decision,
-//     applied first in poll order, holds the claim and the other record is the duplicate.
+//     applied first in poll order, holds the claim and the other record is the duplicate;
+//   - G4, the stored holder of a record's reference claimed by the seed from a decision kept by
+//     the poll before it: a manual decision for the holder after the duplicate closes the
+//     escalation (the poll before and the seed each with a record of another intent, so that
+//     each is split in the run read ahead).
+//
+// A third run applies the seed and the poll as consecutive polls of the ingester (G4: the poll
+// before, the seed and the poll), each poll's links read before the one before it is applied
+// (Applier.ApplyPolls): it leaves the same database, since a poll's split joins its records
+// through what the poll before it reached (reach).
 func TestLanesSeeStoredLinks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
@@ -74,6 +83,10 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 		seed, poll []*kgo.Record
 		// want: query → its rows in the one-lane run (and so in the two-lane run).
 		want map[string][]string
+		// before is a poll applied before seed (nil: none): with ahead, seed's links are read
+		// before it is applied, so what seed writes from what before stored reaches poll only
+		// through seed's split.
+		before []*kgo.Record
 	}{
 		{"G1 another intent's stored attempt holds the key",
 			[]*kgo.Record{ev(events.EventOutcomeUnknown, "bi_a", "cancel:bk_1:v1", events.OpCancel, unknown)},
@@ -86,7 +99,7 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 				`SELECT concat_ws('|', a.idempotency_key, a.booking_intent_id, a.status, e.reason, e.state)
 					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
 					"authorize:bi_a:v1|bi_a|CONFIRMED", "cancel:bk_1:v1|bi_a|UNKNOWN|key_conflict|open"},
-			}},
+			}, nil},
 		{"G2 the stored holder of the reference, decided after the duplicate",
 			[]*kgo.Record{book(events.EventStarted, "bi_h", "book:bi_h:v1", nil), book(events.EventSucceeded, "bi_h", "book:bi_h:v1", ok("HTL-77"))},
 			[]*kgo.Record{book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-77")), dec("bi_h", "book:bi_h:v1", "FAILED", "")},
@@ -99,7 +112,7 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
 					"bi_h|attempt.resolved|CONFIRMED", "bi_h|escalation.opened|CONFIRMED", "bi_h|attempt.resolved|FAILED",
 					"bi_h|escalation.closed", "bi_j|escalation.opened|CONFIRMED", "bi_j|attempt.resolved|CONFIRMED"},
-			}},
+			}, nil},
 		{"G2 the stored holder of the reference, decided before the duplicate",
 			[]*kgo.Record{book(events.EventStarted, "bi_h", "book:bi_h:v1", nil), book(events.EventSucceeded, "bi_h", "book:bi_h:v1", ok("HTL-78"))},
 			[]*kgo.Record{dec("bi_h", "book:bi_h:v1", "FAILED", ""), book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-78"))},
@@ -112,7 +125,7 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
 					"bi_h|attempt.resolved|CONFIRMED", "bi_h|attempt.resolved|FAILED", "bi_h|escalation.opened|FAILED",
 					"bi_j|escalation.opened|CONFIRMED", "bi_j|attempt.resolved|CONFIRMED"},
-			}},
+			}, nil},
 		{"G3 a decision kept for the key brings the reference",
 			[]*kgo.Record{book(events.EventStarted, "bi_k", "book:bi_k:v1", nil), dec("bi_k", "book:bi_k:v1", "CONFIRMED", "HTL-88")},
 			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_k", "book:bi_k:v1", unknown), book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-88"))},
@@ -127,29 +140,60 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 					"book:bi_j:v1|CONFIRMED|event|duplicate_provider_reference|open",
 					"book:bi_k:v1|CONFIRMED|manual|duplicate_provider_reference|open"},
 				`SELECT concat_ws('|', idempotency_key, applied_at IS NOT NULL) FROM pending_decision`: {"book:bi_k:v1|t"},
-			}},
+			}, nil},
+		{"G4 the poll before claims a reference a decision kept before it brings",
+			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_m", "book:bi_m:v1", unknown), book(events.EventStarted, "bi_y", "book:bi_y:v1", nil)},
+			[]*kgo.Record{book(events.EventSucceeded, "bi_j", "book:bi_j:v1", ok("HTL-90")), dec("bi_m", "book:bi_m:v1", "FAILED", "")},
+			map[string][]string{
+				`SELECT concat_ws('|', c.reference, a.idempotency_key) FROM provider_reference_claim c JOIN booking_attempt a ON a.id = c.attempt_id`: {
+					"HTL-90|book:bi_m:v1"},
+				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"book:bi_j:v1|CONFIRMED|event|duplicate_provider_reference|open",
+					"book:bi_m:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1", "book:bi_y:v1|IN_PROGRESS", "book:bi_z:v1|IN_PROGRESS"},
+			},
+			[]*kgo.Record{book(events.EventStarted, "bi_m", "book:bi_m:v1", nil), dec("bi_m", "book:bi_m:v1", "CONFIRMED", "HTL-90"),
+				book(events.EventStarted, "bi_z", "book:bi_z:v1", nil)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			// run seeds a fresh database with c.seed in one transaction, then applies c.poll in lanes.
-			run := func(lanes int) (*pgxpool.Pool, []string) {
+			// run seeds a fresh database with c.before and c.seed, each in one transaction, then
+			// applies c.poll in lanes; with ahead they are consecutive polls applied in lanes, each
+			// one's stored links read before the one before it is applied (Applier.ApplyPolls: the
+			// ingester reads a poll ahead while the one before it is applied).
+			run := func(lanes int, ahead bool) (*pgxpool.Pool, []string) {
 				pool := pgtest.NewPool(t)
 				ap, err := ingest.NewApplier(ingest.Config{Providers: m, Lanes: lanes}, pool, ingest.Deps{Logger: discardLogger()})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := ap.Apply(t.Context(), ap.Decode(c.seed)); err != nil {
-					t.Fatal(err)
+				var polls []ingest.Batch
+				if c.before != nil {
+					polls = append(polls, ap.Decode(c.before))
 				}
-				if err := ap.ApplyLanes(t.Context(), ap.Decode(c.poll)); err != nil {
+				polls = append(polls, ap.Decode(c.seed))
+				if ahead {
+					err = ap.ApplyPolls(t.Context(), append(polls, ap.Decode(c.poll))...)
+				} else {
+					for _, b := range polls {
+						if err = ap.Apply(t.Context(), b); err != nil {
+							break
+						}
+					}
+					if err == nil {
+						err = ap.ApplyLanes(t.Context(), ap.Decode(c.poll))
+					}
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 				return pool, dumpTables(t, pool)
 			}
-			onePool, one := run(1)
-			twoPool, two := run(2)
+			onePool, one := run(1, false)
+			twoPool, two := run(2, false)
+			aheadPool, ahead := run(2, true)
 			for q, want := range c.want {
-				for lanes, pool := range map[int]*pgxpool.Pool{1: onePool, 2: twoPool} {
+				for lanes, pool := range map[string]*pgxpool.Pool{"1 lane": onePool, "2 lanes": twoPool, "2 lanes, the poll's links read before the seed's": aheadPool} {
 					rows, err := pool.Query(t.Context(), q)
 					if err != nil {
 						t.Fatal(err)
@@ -166,16 +210,18 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 						t.Fatal(rows.Err())
 					}
 					if !slices.Equal(got, want) {
-						t.Errorf("%d lane(s): %s\n= %q\nwant %q", lanes, q, got, want)
+						t.Errorf("%s: %s\n= %q\nwant %q", lanes, q, got, want)
 					}
 				}
 			}
-			if len(one) != len(two) {
-				t.Errorf("two lanes leave %d rows, one lane %d", len(two), len(one))
-			}
-			for i := range min(len(one), len(two)) {
-				if one[i] != two[i] {
-					t.Errorf("row %d, two lanes:\n%s\none lane:\n%s", i, two[i], one[i])
+			for name, two := range map[string][]string{"two lanes": two, "two lanes, the poll's links read before the seed's": ahead} {
+				if len(one) != len(two) {
+					t.Errorf("%s leave %d rows, one lane %d", name, len(two), len(one))
+				}
+				for i := range min(len(one), len(two)) {
+					if one[i] != two[i] {
+						t.Errorf("row %d, %s:\n%s\none lane:\n%s", i, name, two[i], one[i])
+					}
 				}
 			}
 		})

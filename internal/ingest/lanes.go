@@ -40,8 +40,37 @@ func pollIdentitiesOf(items []item) pollIdentities {
 // with the fewest records (ties: the earlier group, the lower lane). It returns the non-empty
 // lanes in lane order, each with the indexes of its items.
 func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
+	lanes, _ := p.splitAfter(n, links, nil, false)
+	return lanes
+}
+
+// reach is what the groups of a poll's split (pollIdentities.splitAfter) joined: every identity
+// of their records, the identities links joined them to, and the identities of the groups of the
+// poll before it that they joined — each identity in one group. The rows a poll's records write
+// link only identities of one of its groups, so a poll whose links were read while this one's
+// lanes were in flight is split as if its read had seen them: its records that reach a group are
+// joined through it (lanePlan.inFlight). A group's identities carry over to the next poll's reach
+// only when its records join it, so a reach stays about the size of its poll's own identities.
+type reach struct {
+	group map[identity]int32 // identity → its group
+	ids   [][]identity       // group → its identities
+}
+
+// maxReach bounds a reach by its poll's own identities and links: past it (a long chain of
+// polls that each join the one before through a hot identity) splitAfter keeps none, and the
+// next poll reads its links again once this one has committed (lanePlan.inFlight).
+func maxReach(own int) int { return 4*own + 4096 }
+
+// splitAfter is split, the poll's records also joined through the groups of prev (the reach of
+// the poll whose lanes were in flight when links was read; nil: none). With keep it also returns
+// the split's reach (nil when it would exceed maxReach).
+func (p pollIdentities) splitAfter(n int, links map[identity][]identity, prev *reach, keep bool) ([][]int, *reach) {
 	items := len(p.at) - 1
-	parent := indexes(items)
+	virtual := 0 // prev's groups are nodes items, items+1, …: joined, never placed in a lane
+	if prev != nil {
+		virtual = len(prev.ids)
+	}
+	parent := indexes(items + virtual)
 	find := func(i int) int {
 		for parent[i] != i {
 			parent[i] = parent[parent[i]]
@@ -49,13 +78,21 @@ func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
 		}
 		return i
 	}
+	union := func(i, j int) {
+		a, b := find(i), find(j)
+		parent[max(a, b)] = min(a, b) // a group's root is its first item, never one of prev's groups
+	}
 	first := make(map[identity]int, len(p.ids))
 	join := func(i int, id identity) {
 		if j, ok := first[id]; ok {
-			a, b := find(i), find(j)
-			parent[max(a, b)] = min(a, b) // a group's root is its first item
+			union(i, j)
 		} else {
 			first[id] = i
+		}
+		if prev != nil {
+			if g, ok := prev.group[id]; ok {
+				union(i, items+int(g))
+			}
 		}
 	}
 	for i := range items {
@@ -74,6 +111,10 @@ func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
 			roots = append(roots, r)
 		}
 		size[r]++
+	}
+	var r *reach
+	if keep {
+		r = p.reachOf(find, roots, links, prev, items)
 	}
 	slices.SortFunc(roots, func(a, b int) int { return cmp.Or(cmp.Compare(size[b], size[a]), cmp.Compare(a, b)) })
 	n = min(n, len(roots))
@@ -96,7 +137,45 @@ func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
 		l := lane[find(i)]
 		out[l] = append(out[l], i)
 	}
-	return out
+	return out, r
+}
+
+// reachOf is the reach of a split whose union-find is find over items records and prev's
+// groups, roots its groups' roots (splitAfter): nil past maxReach.
+func (p pollIdentities) reachOf(find func(int) int, roots []int, links map[identity][]identity, prev *reach, items int) *reach {
+	r := &reach{group: make(map[identity]int32, len(p.ids)), ids: make([][]identity, len(roots))}
+	at := make(map[int]int32, len(roots)) // root → group
+	for g, root := range roots {
+		at[root] = int32(g)
+	}
+	add := func(g int32, id identity) {
+		if _, ok := r.group[id]; !ok {
+			r.group[id] = g
+			r.ids[g] = append(r.ids[g], id)
+		}
+	}
+	for i := range items {
+		g := at[find(i)]
+		for _, id := range p.ids[p.at[i]:p.at[i+1]] {
+			add(g, id)
+			for _, l := range links[id] {
+				add(g, l)
+			}
+		}
+	}
+	if prev != nil {
+		for pg, ids := range prev.ids {
+			if g, ok := at[find(items+pg)]; ok { // joined by a record of this poll
+				for _, id := range ids {
+					add(g, id)
+				}
+			}
+		}
+	}
+	if len(r.group) > maxReach(len(p.ids)+len(links)) {
+		return nil
+	}
+	return r
 }
 
 // identity is one thing the write path keys rows on — a kind and up to two strings — hashed
@@ -165,49 +244,80 @@ func indexes(n int) []int {
 	return out
 }
 
-// applyLanes decodes data once and applies its lanes (inLanes) at once, each retried on its
-// own with backoff while its transaction fails (pause: metric, /readyz, log; pollSize is for the
-// log). It returns nil once every lane has committed, and ctx's error when ctx ends first (the
-// lanes that committed stand; the poll's offsets are not committed, so its replay is
-// deduplicated by processed_event).
-func (in *Ingester) applyLanes(ctx context.Context, data []*kgo.Record, pollSize int) error {
-	return in.inLanes(ctx, in.decodeAll(data), func(lane []item) error { return in.applyRetrying(ctx, lane, pollSize) })
+// A lanePlan is a poll decoded and ready to be split into lanes (Config.Lanes): its items, their
+// identities and the links its stored rows add, read (planLanes) while the poll before it — its
+// inFlight — is applied (consume).
+type lanePlan struct {
+	items []item
+	ids   pollIdentities
+	// links are what the poll's stored rows link (storedLinks); read only when its own
+	// identities give more than one group (read), and readErr when that read failed.
+	links   map[identity][]identity
+	read    bool
+	readErr error
+	// inFlight is the poll whose lanes may have been in flight while links was read (nil: none):
+	// the rows it wrote may be missing from links, so the split joins records through its reach
+	// (splitAfter), or reads links again when its reach is unknown. runPlan clears it.
+	inFlight *lanePlan
+	// reach is what the poll's split joined (splitAfter), set by runPlan before the lanes run;
+	// nil when unknown (applied as one lane without a read, or past maxReach).
+	reach *reach
 }
 
-// inLanes splits items into lanes (split, Config.Lanes) and calls apply with each lane's
-// items, every lane on a goroutine of its own (a single lane on the caller's); it returns once
-// all have returned, with their errors joined. When the poll's own identities give more than one
-// group it first reads what the poll's stored rows link (storedLinks, bounded by
-// Config.BatchTimeout), so the lanes leave the database one lane leaves; when that read fails the
-// poll is applied as one lane (its retries pause as any batch's).
-func (in *Ingester) inLanes(ctx context.Context, items []item, apply func(lane []item) error) error {
-	if in.cfg.Lanes <= 1 {
-		return apply(items)
+// planLanes decodes nothing: it takes items decoded and reads their links when their own
+// identities give more than one group (bounded by Config.BatchTimeout; read at once with the
+// apply of inFlight, the poll before, when it is not nil).
+func (in *Ingester) planLanes(ctx context.Context, items []item, inFlight *lanePlan) *lanePlan {
+	p := &lanePlan{items: items, inFlight: inFlight}
+	if in.cfg.Lanes <= 1 || len(items) < 2 {
+		return p
 	}
-	if len(items) < 2 {
-		return apply(items)
-	}
-	ids := pollIdentitiesOf(items)
-	lanes := ids.split(in.cfg.Lanes, nil)
-	if len(lanes) > 1 {
+	p.ids = pollIdentitiesOf(items)
+	if len(p.ids.split(in.cfg.Lanes, nil)) > 1 {
 		rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
-		links, err := in.storedLinks(rctx, items)
+		p.links, p.readErr = in.storedLinks(rctx, items)
+		p.read = true
 		cancel()
-		if err != nil {
-			in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(items), "err", err)
-			return apply(items)
-		}
-		lanes = ids.split(in.cfg.Lanes, links)
 	}
+	return p
+}
+
+// runPlan splits p into lanes (splitAfter: its own identities, its links, and the reach of the
+// poll in flight while they were read — or its links read again now, when that reach is unknown)
+// and calls apply with each lane's items, every lane on a goroutine of its own (a single lane on
+// the caller's); it returns once all have returned, with their errors joined. When the links'
+// read failed the poll is applied as one lane (its retries pause as any batch's). It runs only
+// once the poll before p has committed.
+func (in *Ingester) runPlan(ctx context.Context, p *lanePlan, apply func(lane []item) error) error {
+	prev := p.inFlight
+	p.inFlight = nil
+	if !p.read {
+		return apply(p.items)
+	}
+	var prevReach *reach
+	if prev != nil {
+		if prevReach = prev.reach; prevReach == nil && p.readErr == nil {
+			// What the poll in flight wrote cannot be joined through: read again, after its commit.
+			rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
+			p.links, p.readErr = in.storedLinks(rctx, p.items)
+			cancel()
+		}
+	}
+	if p.readErr != nil {
+		in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(p.items), "err", p.readErr)
+		return apply(p.items)
+	}
+	var lanes [][]int
+	lanes, p.reach = p.ids.splitAfter(in.cfg.Lanes, p.links, prevReach, true)
 	if len(lanes) == 1 {
-		return apply(items)
+		return apply(p.items)
 	}
 	errs := make([]error, len(lanes))
 	var wg sync.WaitGroup
 	for l, idx := range lanes {
 		lane := make([]item, len(idx))
 		for j, i := range idx {
-			lane[j] = items[i]
+			lane[j] = p.items[i]
 		}
 		wg.Go(func() { errs[l] = apply(lane) })
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/bookrecon/bookrecon/internal/telemetry"
 )
 
-// splitLanes is inLanes' split of items into at most n lanes with links (split); one lane
+// splitLanes is runPlan's split of items into at most n lanes with links (split); one lane
 // holding every item when n ≤ 1 or items has fewer than two.
 func splitLanes(items []item, n int, links map[identity][]identity) [][]int {
 	if n <= 1 || len(items) < 2 {
@@ -132,6 +132,65 @@ func TestSplitLanesStoredLinks(t *testing.T) {
 				t.Errorf("splitLanes = %s, want %s", got, c.lanes)
 			}
 		})
+	}
+}
+
+// TestSplitLanesThroughPollsInFlight: a poll whose stored links were read while the poll before
+// it was applied (missing every row that poll wrote) is split through that poll's reach: its
+// records that reach one of the poll before's groups share a lane. The chain below is the one a
+// read ahead meets: poll A keeps a decision for key book:i:v1 bringing R1; poll B's event for that
+// key settles the attempt and claims R1 for intent i (B's links, read before A's commit, lack the
+// kept decision: B reaches R1 through A's group); poll C's links, read before B's commit, lack the
+// claim: C's outcome R1 (intent j) and C's event of intent i under another key share a lane only
+// through B's reach, which carried R1 over from A's group. Groups of the poll before that no record
+// joins are dropped from the reach.
+func TestSplitLanesThroughPollsInFlight(t *testing.T) {
+	att := func(intent, key, ev, ref string) item {
+		a := &events.Attempt{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, KeySubject: intent}
+		if ref != "" {
+			a.Outcome = &events.Outcome{ProviderReference: ref}
+		}
+		return item{attempt: a}
+	}
+	dec := func(intent, key, ev, ref string) item {
+		return item{decision: &events.Decision{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, ProviderReference: ref}}
+	}
+	split := func(poll []item, prev *reach) ([][]int, *reach) {
+		return pollIdentitiesOf(poll).splitAfter(2, nil, prev, true)
+	}
+	a := []item{att("i", "book:i:v1", "a1", ""), dec("i", "book:i:v1", "a2", "R1"), att("z", "book:z:v1", "a3", "")}
+	b := []item{att("i", "book:i:v1", "b1", ""), att("y", "book:y:v1", "b2", "")}
+	c := []item{att("j", "book:j:v1", "c1", "R1"), att("i", "pay:i:v1", "c2", ""), att("x", "book:x:v1", "c3", "")}
+	aLanes, aReach := split(a, nil)
+	bLanes, bReach := split(b, aReach)
+	cLanes, cReach := split(c, bReach)
+	for _, l := range []struct {
+		name  string
+		lanes [][]int
+		want  string
+	}{{"A", aLanes, "[[0 1] [2]]"}, {"B", bLanes, "[[0] [1]]"}, {"C", cLanes, "[[0 1] [2]]"}} {
+		if got := fmt.Sprint(l.lanes); got != l.want {
+			t.Errorf("poll %s: lanes %s, want %s", l.name, got, l.want)
+		}
+	}
+	if aReach == nil || bReach == nil || cReach == nil {
+		t.Fatalf("reaches A %v, B %v, C %v: want all kept", aReach != nil, bReach != nil, cReach != nil)
+	}
+	r1 := refIdentity("R1")
+	// B's group of intent i holds R1 (carried from A) and A's a2; A's group of z is no part of B's reach.
+	if g, ok := bReach.group[r1]; !ok || g != bReach.group[identityOf('e', "t1", "a2")] || g != bReach.group[identityOf('i', "t1", "i")] {
+		t.Errorf("B's reach: R1 in group %d (%v), want the group of intent i and of event a2", g, ok)
+	}
+	if _, ok := bReach.group[identityOf('i', "t1", "z")]; ok {
+		t.Error("B's reach holds intent z, which no record of B joins")
+	}
+	if n, want := len(bReach.ids), 2; n != want {
+		t.Errorf("B's reach has %d groups, want %d", n, want)
+	}
+	// Without A's reach, B's group of i lacks R1, and C's outcome R1 gets a lane of its own.
+	_, bAlone := split(b, nil)
+	if lanes, _ := split(c, bAlone); fmt.Sprint(lanes) != "[[0 2] [1]]" {
+		t.Errorf("C through B's reach without A's: lanes %v, want [[0 2] [1]]", lanes)
 	}
 }
 

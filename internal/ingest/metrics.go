@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ManualDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bookrecon_manual_decisions_total",
 			Help: "Manual decisions, by decision and what happened (applied, kept, unchanged, rejected)."}, []string{"decision", "outcome"}),
 		BatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "bookrecon_ingest_batch_seconds",
-			Help: "Seconds per polled batch, from decode to offset commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+			Help: "Seconds per polled batch, from its apply to its offset commit (it is decoded and its stored links read while the batch before it is applied).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		Paused: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_pauses_total",
 			Help: "Batches (lanes, with BOOKRECON_INGEST_LANES above 1) retried because PostgreSQL or Kafka was unavailable."}),
 		BatchesRerun: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookrecon_ingest_batches_rerun_total",

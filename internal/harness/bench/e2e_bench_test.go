@@ -144,7 +144,7 @@ func freeAddr(b *testing.B) string {
 //     transaction and the relay's statements are told apart by their tables (outbox reads and
 //     updates, the lease, are the relay's).
 //
-// It also reads the ingester's bookrecon_ingest_batch_seconds (decode to offset commit, per
+// It also reads the ingester's bookrecon_ingest_batch_seconds (apply to offset commit, per
 // batch) at the end.
 type e2eProfile struct {
 	out string // where the CPU profile goes
@@ -357,7 +357,7 @@ func (p *e2eProfile) report() string {
 		fmt.Fprintf(&sb, "      %-34s %6.2f cores busy of %d (%.0f%%)\n", "whole machine", busy/total*float64(cores()), cores(), busy/total*100)
 	}
 	if p.batchCount > 0 {
-		fmt.Fprintf(&sb, "    batches: %.0f, %.1f ms each from decode to offset commit; %.0f%% of the line's wall\n",
+		fmt.Fprintf(&sb, "    batches: %.0f, %.1f ms each from apply to offset commit; %.0f%% of the line's wall\n",
 			p.batchCount, p.batchSum/p.batchCount*1000, p.batchSum/p.wall.Seconds()*100)
 	}
 	if p.ticks > 0 {
