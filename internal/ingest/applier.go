@@ -68,6 +68,7 @@ func (a *Applier) ApplyPolls(ctx context.Context, polls ...Batch) error {
 		if plan == nil {
 			plan = a.in.planLanes(ctx, b.items, nil)
 		}
+		a.in.resolve(ctx, plan)
 		var next *lanePlan
 		if i+1 < len(polls) {
 			next = a.in.planLanes(ctx, polls[i+1].items, plan)

@@ -14,8 +14,8 @@ import (
 
 // consume polls batches of at most MaxPollRecords and handles each (handle) until ctx ends or
 // the client closes. While a batch is applied it reads the next one ahead (pollAhead: polled,
-// decoded, its stored links read), so that neither the cores nor the database wait between
-// batches. Rebalances wait while a batch is in hand (BlockRebalanceOnPoll) and go ahead after
+// decoded, its stored links read, split into lanes), so that neither the cores nor the database
+// wait between batches. Rebalances wait while a batch is in hand (BlockRebalanceOnPoll) and go ahead after
 // each offset commit; a batch read ahead is applied even when that rebalance moves its
 // partitions: their new owner reads them again from the committed offset and processed_event
 // absorbs whichever of the two applies second, as when the group moves on during a batch
@@ -36,6 +36,9 @@ func (in *Ingester) consume(ctx context.Context) error {
 		}
 		if b != nil {
 			start := time.Now()
+			if b.plan != nil {
+				in.resolve(ctx, b.plan) // its reach is what the batch read ahead is split through
+			}
 			actx, stop := context.WithCancel(ctx)
 			next := make(chan *polled, 1)
 			go func() { next <- in.pollAhead(ctx, actx, b.plan) }()

@@ -244,77 +244,92 @@ func indexes(n int) []int {
 	return out
 }
 
-// A lanePlan is a poll decoded and ready to be split into lanes (Config.Lanes): its items, their
-// identities and the links its stored rows add, read (planLanes) while the poll before it — its
-// inFlight — is applied (consume).
+// A lanePlan is a poll decoded and split into lanes (Config.Lanes): its items, their identities,
+// the links its stored rows add and the split, made (planLanes) while the poll before it — the
+// poll in flight — is applied (consume), so that the split is off the path between two polls.
 type lanePlan struct {
 	items []item
 	ids   pollIdentities
 	// links are what the poll's stored rows link (storedLinks); read only when its own
-	// identities give more than one group (read), and readErr when that read failed.
-	links   map[identity][]identity
-	read    bool
-	readErr error
-	// inFlight is the poll whose lanes may have been in flight while links was read (nil: none):
-	// the rows it wrote may be missing from links, so the split joins records through its reach
-	// (splitAfter), or reads links again when its reach is unknown. runPlan clears it.
-	inFlight *lanePlan
-	// reach is what the poll's split joined (splitAfter), set by runPlan before the lanes run;
-	// nil when unknown (applied as one lane without a read, or past maxReach).
+	// identities give more than one group.
+	links map[identity][]identity
+	// lanes are the split, each lane the indexes of its items (nil: one lane, every item).
+	lanes [][]int
+	// reach is what the split's groups joined (splitAfter); nil when unknown: one lane, or past
+	// maxReach. The poll read while this one is applied is split through it.
 	reach *reach
+	// reread: the links were read while a poll whose reach is unknown was in flight; resolve
+	// reads them again, and splits, once that poll has committed.
+	reread bool
 }
 
-// planLanes decodes nothing: it takes items decoded and reads their links when their own
-// identities give more than one group (bounded by Config.BatchTimeout; read at once with the
-// apply of inFlight, the poll before, when it is not nil).
+// planLanes plans the poll of items read while inFlight is applied (nil: none): it reads the
+// poll's stored links when its own identities give more than one group (bounded by
+// Config.BatchTimeout), and splits it through inFlight's reach — the rows inFlight writes may be
+// missing from what the read saw — or, when that reach is unknown, leaves the split to resolve.
+// inFlight's reach must be set before planLanes runs (resolve). When the read fails the poll is
+// applied as one lane (its retries pause as any batch's).
 func (in *Ingester) planLanes(ctx context.Context, items []item, inFlight *lanePlan) *lanePlan {
-	p := &lanePlan{items: items, inFlight: inFlight}
+	p := &lanePlan{items: items}
 	if in.cfg.Lanes <= 1 || len(items) < 2 {
 		return p
 	}
 	p.ids = pollIdentitiesOf(items)
-	if len(p.ids.split(in.cfg.Lanes, nil)) > 1 {
-		rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
-		p.links, p.readErr = in.storedLinks(rctx, items)
-		p.read = true
-		cancel()
+	if len(p.ids.split(in.cfg.Lanes, nil)) == 1 {
+		return p
 	}
+	if !in.readLinks(ctx, p) {
+		return p
+	}
+	if inFlight != nil && inFlight.reach == nil {
+		p.reread = true
+		return p
+	}
+	var prev *reach
+	if inFlight != nil {
+		prev = inFlight.reach
+	}
+	p.lanes, p.reach = p.ids.splitAfter(in.cfg.Lanes, p.links, prev, true)
 	return p
 }
 
-// runPlan splits p into lanes (splitAfter: its own identities, its links, and the reach of the
-// poll in flight while they were read — or its links read again now, when that reach is unknown)
-// and calls apply with each lane's items, every lane on a goroutine of its own (a single lane on
-// the caller's); it returns once all have returned, with their errors joined. When the links'
-// read failed the poll is applied as one lane (its retries pause as any batch's). It runs only
-// once the poll before p has committed.
+// readLinks reads p's links (storedLinks, bounded by Config.BatchTimeout); it reports false,
+// logging why, when the read failed.
+func (in *Ingester) readLinks(ctx context.Context, p *lanePlan) bool {
+	rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
+	defer cancel()
+	var err error
+	if p.links, err = in.storedLinks(rctx, p.items); err != nil {
+		in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(p.items), "err", err)
+		return false
+	}
+	return true
+}
+
+// resolve completes p's split once the poll in flight at its read has committed: its links read
+// again and split on them alone (planLanes left it, the reach of that poll unknown). It is a no-op
+// on a plan planLanes split.
+func (in *Ingester) resolve(ctx context.Context, p *lanePlan) {
+	if !p.reread {
+		return
+	}
+	p.reread = false
+	if in.readLinks(ctx, p) {
+		p.lanes, p.reach = p.ids.splitAfter(in.cfg.Lanes, p.links, nil, true)
+	}
+}
+
+// runPlan calls apply with each lane's items of p (resolved first), every lane on a goroutine
+// of its own (a single lane on the caller's); it returns once all have returned, with their
+// errors joined. It runs only once the poll before p has committed.
 func (in *Ingester) runPlan(ctx context.Context, p *lanePlan, apply func(lane []item) error) error {
-	prev := p.inFlight
-	p.inFlight = nil
-	if !p.read {
+	in.resolve(ctx, p)
+	if len(p.lanes) <= 1 {
 		return apply(p.items)
 	}
-	var prevReach *reach
-	if prev != nil {
-		if prevReach = prev.reach; prevReach == nil && p.readErr == nil {
-			// What the poll in flight wrote cannot be joined through: read again, after its commit.
-			rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
-			p.links, p.readErr = in.storedLinks(rctx, p.items)
-			cancel()
-		}
-	}
-	if p.readErr != nil {
-		in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(p.items), "err", p.readErr)
-		return apply(p.items)
-	}
-	var lanes [][]int
-	lanes, p.reach = p.ids.splitAfter(in.cfg.Lanes, p.links, prevReach, true)
-	if len(lanes) == 1 {
-		return apply(p.items)
-	}
-	errs := make([]error, len(lanes))
+	errs := make([]error, len(p.lanes))
 	var wg sync.WaitGroup
-	for l, idx := range lanes {
+	for l, idx := range p.lanes {
 		lane := make([]item, len(idx))
 		for j, i := range idx {
 			lane[j] = p.items[i]
