@@ -18,7 +18,7 @@ import (
 
 type cli struct {
 	service.SharedFlags
-	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 4 + lanes)."`
+	DBConns       int32         `env:"BOOKRECON_INGESTER_DB_CONNS" default:"8" help:"Most database connections (at least 4 + lanes, 5 + lanes with two lanes or more)."`
 	AdminAddr     string        `env:"BOOKRECON_INGESTER_ADMIN_ADDR" default:"127.0.0.1:9101" help:"Address of /metrics, /livez, /readyz."`
 	RetentionDays int           `env:"BOOKRECON_RETENTION_DAYS" default:"14" help:"processed_event TTL in days; must exceed the input topics' retention."`
 	MaxPoll       int           `env:"BOOKRECON_MAX_POLL_RECORDS" default:"8000" help:"Records per poll, split into the lanes' transactions."`
