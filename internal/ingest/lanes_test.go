@@ -86,19 +86,23 @@ func TestSplitLanes(t *testing.T) {
 	}
 }
 
+// attWithOutcome is an attempt event of tenant t1 (its subject the intent) with outcome reference
+// ref ("": none).
+func attWithOutcome(intent, key, ev, ref string) item {
+	a := &events.Attempt{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, KeySubject: intent}
+	if ref != "" {
+		a.Outcome = &events.Outcome{ProviderReference: ref}
+	}
+	return item{attempt: a}
+}
+
 // TestSplitLanesStoredLinks: records linked only through stored rows — as attempt.ReadLinks
 // returns them — share a lane: a key whose stored attempt is of another record's intent (another
 // intent's key, a sibling version: G1), a reference whose stored holder is of another record's
 // intent (G2), a kept decision's reference another record brings (G3), and its holder's intent
 // (G3 then G2); a link to no other record of the poll, or of another tenant, joins nothing.
 func TestSplitLanesStoredLinks(t *testing.T) {
-	att := func(intent, key, ev, ref string) item {
-		a := &events.Attempt{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, KeySubject: intent}
-		if ref != "" {
-			a.Outcome = &events.Outcome{ProviderReference: ref}
-		}
-		return item{attempt: a}
-	}
+	att := attWithOutcome
 	dec := func(intent, key, ev string) item {
 		return item{decision: &events.Decision{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, Decision: events.DecisionFailed}}
 	}
@@ -145,13 +149,7 @@ func TestSplitLanesStoredLinks(t *testing.T) {
 // through B's reach, which carried R1 over from A's group. Groups of the poll before that no record
 // joins are dropped from the reach.
 func TestSplitLanesThroughPollsInFlight(t *testing.T) {
-	att := func(intent, key, ev, ref string) item {
-		a := &events.Attempt{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, KeySubject: intent}
-		if ref != "" {
-			a.Outcome = &events.Outcome{ProviderReference: ref}
-		}
-		return item{attempt: a}
-	}
+	att := attWithOutcome
 	dec := func(intent, key, ev, ref string) item {
 		return item{decision: &events.Decision{TenantID: "t1", BookingIntentID: intent, IdempotencyKey: key, EventID: ev, ProviderReference: ref}}
 	}
