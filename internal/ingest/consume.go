@@ -15,12 +15,14 @@ import (
 // consume polls batches of at most MaxPollRecords and handles each (handle) until ctx ends or
 // the client closes. While a batch is applied it reads the next one ahead (pollAhead: polled,
 // decoded, its stored links read, split into lanes), so that neither the cores nor the database
-// wait between batches. Rebalances wait while a batch is in hand (BlockRebalanceOnPoll) and go ahead after
-// each offset commit; a batch read ahead is applied even when that rebalance moves its
-// partitions: their new owner reads them again from the committed offset and processed_event
-// absorbs whichever of the two applies second, as when the group moves on during a batch
-// (groupMovedOn). It returns nil once ctx ends or the client is closed: handle retries a batch
-// until then, and a batch read ahead is left uncommitted.
+// wait between batches. Rebalances wait from a poll until the offset commit of the batch in hand
+// (BlockRebalanceOnPoll, AllowRebalance); a batch already read ahead then is not held back, so a
+// rebalance may run while it is applied and move its partitions. It is applied anyway: their new
+// owner reads it again from the committed offset (the batch before it), processed_event absorbs
+// whichever of the two applies it second, and this member's later offset commit, refused or
+// behind the new owner's, only makes a replay (groupMovedOn). It returns nil once ctx ends or the
+// client is closed: handle retries a batch until then, and a batch read ahead is left
+// uncommitted.
 func (in *Ingester) consume(ctx context.Context) error {
 	var ahead *polled
 	for {

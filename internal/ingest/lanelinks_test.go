@@ -29,12 +29,20 @@ import (
 //   - G4, the stored holder of a record's reference claimed by the seed from a decision kept by
 //     the poll before it: a manual decision for the holder after the duplicate closes the
 //     escalation (the poll before and the seed each with a record of another intent, so that
-//     each is split in the run read ahead).
+//     each is split in the run read ahead, through a reach);
+//   - G5, a decision for a key whose attempt the seed creates, bringing a reference an attempt of
+//     the poll before holds, and a decision for that holder: its duplicate_provider_reference
+//     escalation closes (the reference is looked up at the provider of the seed's attempt);
+//   - G6, a decision the seed keeps for a key with no attempt yet, bringing a reference held by an
+//     attempt of the poll before; the poll's outcome_unknown applies it, and a decision for the
+//     holder closes the holder's escalation (claimed at the provider the poll's event brings).
 //
-// A third run applies the seed and the poll as consecutive polls of the ingester (G4: the poll
-// before, the seed and the poll), each poll's links read before the one before it is applied
-// (Applier.ApplyPolls): it leaves the same database, since a poll's split joins its records
-// through what the poll before it reached (reach).
+// A third run applies the poll before, the seed and the poll as consecutive polls of the
+// ingester, each poll's links read before the one before it is applied (Applier.ApplyPolls): it
+// leaves the same database, since a poll's split joins its records through the reach of the poll
+// before it, and reads again after its commit where a reach cannot tell (G1: a seed of one record
+// has none; G5, G6: needsReread and lanePlan.split). TestSplitLanesThroughPollsInFlight holds the
+// reach carried along a chain of polls.
 func TestLanesSeeStoredLinks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
@@ -83,9 +91,7 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 		seed, poll []*kgo.Record
 		// want: query → its rows in the one-lane run (and so in the two-lane run).
 		want map[string][]string
-		// before is a poll applied before seed (nil: none): with ahead, seed's links are read
-		// before it is applied, so what seed writes from what before stored reaches poll only
-		// through seed's split.
+		// before is a poll applied before seed (nil: none).
 		before []*kgo.Record
 	}{
 		{"G1 another intent's stored attempt holds the key",
@@ -154,6 +160,34 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 			},
 			[]*kgo.Record{book(events.EventStarted, "bi_m", "book:bi_m:v1", nil), dec("bi_m", "book:bi_m:v1", "CONFIRMED", "HTL-90"),
 				book(events.EventStarted, "bi_z", "book:bi_z:v1", nil)}},
+		{"G5 a decision for a key whose attempt the seed creates brings a reference held before",
+			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_m5", "book:bi_m5:v1", unknown), book(events.EventStarted, "bi_y5", "book:bi_y5:v1", nil)},
+			[]*kgo.Record{dec("bi_m5", "book:bi_m5:v1", "CONFIRMED", "HTL-95"), dec("bi_h5", "book:bi_h5:v1", "FAILED", "")},
+			map[string][]string{
+				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"book:bi_h5:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1",
+					"book:bi_m5:v1|CONFIRMED|manual|duplicate_provider_reference|closed|manual|ops.1", "book:bi_y5:v1|IN_PROGRESS"},
+				`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
+					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
+					"bi_h5|attempt.resolved|CONFIRMED", "bi_h5|escalation.opened|CONFIRMED", "bi_h5|attempt.resolved|FAILED", "bi_h5|escalation.closed",
+					"bi_m5|escalation.opened|CONFIRMED", "bi_m5|attempt.resolved|CONFIRMED", "bi_m5|escalation.closed"},
+			},
+			[]*kgo.Record{book(events.EventStarted, "bi_h5", "book:bi_h5:v1", nil), book(events.EventSucceeded, "bi_h5", "book:bi_h5:v1", ok("HTL-95"))}},
+		{"G6 the seed keeps a decision whose reference is held before",
+			[]*kgo.Record{dec("bi_m6", "book:bi_m6:v1", "CONFIRMED", "HTL-96"), book(events.EventStarted, "bi_y6", "book:bi_y6:v1", nil)},
+			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_m6", "book:bi_m6:v1", unknown), dec("bi_h6", "book:bi_h6:v1", "FAILED", "")},
+			map[string][]string{
+				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+					"book:bi_h6:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1",
+					"book:bi_m6:v1|CONFIRMED|manual|duplicate_provider_reference|closed|manual|ops.1", "book:bi_y6:v1|IN_PROGRESS"},
+				`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
+					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
+					"bi_h6|attempt.resolved|CONFIRMED", "bi_h6|escalation.opened|CONFIRMED", "bi_h6|attempt.resolved|FAILED", "bi_h6|escalation.closed",
+					"bi_m6|escalation.opened|CONFIRMED", "bi_m6|attempt.resolved|CONFIRMED", "bi_m6|escalation.closed"},
+			},
+			[]*kgo.Record{book(events.EventStarted, "bi_h6", "book:bi_h6:v1", nil), book(events.EventSucceeded, "bi_h6", "book:bi_h6:v1", ok("HTL-96"))}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -15,7 +15,7 @@ import (
 // same time as the poll's other lanes (Config.Lanes; docs/design.md#transactions-and-locks).
 //
 // pollIdentities are the identities of a poll's items (identities), item i's at
-// ids[at[i]:at[i+1]]: computed once per poll for both of inLanes' splits.
+// ids[at[i]:at[i+1]]: computed once per poll for both of planLanes' splits.
 type pollIdentities struct {
 	ids []identity
 	at  []int
@@ -47,9 +47,13 @@ func (p pollIdentities) split(n int, links map[identity][]identity) [][]int {
 // reach is what the groups of a poll's split (pollIdentities.splitAfter) joined: every identity
 // of their records, the identities links joined them to, and the identities of the groups of the
 // poll before it that they joined — each identity in one group. The rows a poll's records write
-// link only identities of one of its groups, so a poll whose links were read while this one's
-// lanes were in flight is split as if its read had seen them: its records that reach a group are
-// joined through it (lanePlan.inFlight). A group's identities carry over to the next poll's reach
+// link identities of one of its groups, so a poll whose links were read while this one's lanes
+// were in flight is split as if its read had seen them: its records that reach a group are
+// joined through it (planLanes). The links a stored row makes only together with an older one
+// and a provider it brings — a decision's reference looked up at the provider of the attempt
+// this poll creates, a reference this poll keeps, claimed at the provider the next poll brings —
+// are in no reach: those polls are read again after the commit (needsReread, lanePlan.split).
+// A group's identities carry over to the next poll's reach
 // only when its records join it, so a reach stays about the size of its poll's own identities.
 type reach struct {
 	group map[identity]int32 // identity → its group
@@ -58,7 +62,7 @@ type reach struct {
 
 // maxReach bounds a reach by its poll's own identities and links: past it (a long chain of
 // polls that each join the one before through a hot identity) splitAfter keeps none, and the
-// next poll reads its links again once this one has committed (lanePlan.inFlight).
+// next poll reads its links again once this one has committed (needsReread).
 func maxReach(own int) int { return 4*own + 4096 }
 
 // splitAfter is split, the poll's records also joined through the groups of prev (the reach of
@@ -255,20 +259,22 @@ type lanePlan struct {
 	links map[identity][]identity
 	// lanes are the split, each lane the indexes of its items (nil: one lane, every item).
 	lanes [][]int
-	// reach is what the split's groups joined (splitAfter); nil when unknown: one lane, or past
-	// maxReach. The poll read while this one is applied is split through it.
+	// reach is what the split's groups joined (splitAfter); nil when unknown: one lane, past
+	// maxReach, or a decision with a reference in the poll (lanePlan.split). The poll read while
+	// this one is applied is split through it.
 	reach *reach
-	// reread: the links were read while a poll whose reach is unknown was in flight; resolve
-	// reads them again, and splits, once that poll has committed.
+	// reread: the links are read, and the poll split, only once the poll in flight has committed
+	// (needsReread; resolve).
 	reread bool
 }
 
 // planLanes plans the poll of items read while inFlight is applied (nil: none): it reads the
 // poll's stored links when its own identities give more than one group (bounded by
-// Config.BatchTimeout), and splits it through inFlight's reach — the rows inFlight writes may be
-// missing from what the read saw — or, when that reach is unknown, leaves the split to resolve.
-// inFlight's reach must be set before planLanes runs (resolve). When the read fails the poll is
-// applied as one lane (its retries pause as any batch's).
+// Config.BatchTimeout) and splits it through inFlight's reach, since the rows inFlight writes may
+// be missing from what the read saw. It leaves the read and the split to resolve, after
+// inFlight's commit, when a join could go through what inFlight writes without being in its
+// reach (needsReread). inFlight's reach must be set before planLanes runs (resolve). When the read
+// fails the poll is applied as one lane (its retries pause as any batch's).
 func (in *Ingester) planLanes(ctx context.Context, items []item, inFlight *lanePlan) *lanePlan {
 	p := &lanePlan{items: items}
 	if in.cfg.Lanes <= 1 || len(items) < 2 {
@@ -278,44 +284,79 @@ func (in *Ingester) planLanes(ctx context.Context, items []item, inFlight *laneP
 	if len(p.ids.split(in.cfg.Lanes, nil)) == 1 {
 		return p
 	}
-	if !in.readLinks(ctx, p) {
-		return p
-	}
-	if inFlight != nil && inFlight.reach == nil {
-		p.reread = true
-		return p
-	}
 	var prev *reach
 	if inFlight != nil {
-		prev = inFlight.reach
+		if prev = inFlight.reach; needsReread(items, prev) {
+			p.reread = true
+			return p
+		}
 	}
-	p.lanes, p.reach = p.ids.splitAfter(in.cfg.Lanes, p.links, prev, true)
+	if in.readLinks(ctx, p) {
+		p.split(in.cfg.Lanes, prev)
+	}
 	return p
 }
 
+// needsReread reports whether the links of a poll of items, read while a poll of reach prev was
+// in flight, must be read again once that poll has committed: when prev is unknown, and when one
+// of items' decisions is for a key that poll's records touch. A decision's reference is looked up
+// among the stored claims at its key's stored attempt's provider and operation
+// (booking_attempt_links); when the poll in flight creates that attempt, a read before its commit
+// looks nothing up, and the claim's holder, stored long before, is in no reach.
+func needsReread(items []item, prev *reach) bool {
+	if prev == nil {
+		return true
+	}
+	for i := range items {
+		if d := items[i].decision; d != nil {
+			if _, ok := prev.group[identityOf('k', d.TenantID, d.IdempotencyKey)]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// split sets p's lanes and reach (splitAfter on its links and prev, the reach of the poll in
+// flight at its read). The reach is left unknown (nil) when the poll holds a decision with a
+// provider reference: kept for an attempt that does not exist yet, it is claimed when the next
+// poll's event brings the key's provider, at which the reference may be held by an attempt of
+// long before that no read of either poll looked up.
+func (p *lanePlan) split(lanes int, prev *reach) {
+	p.lanes, p.reach = p.ids.splitAfter(lanes, p.links, prev, true)
+	for i := range p.items {
+		if d := p.items[i].decision; d != nil && d.ProviderReference != "" {
+			p.reach = nil
+			return
+		}
+	}
+}
+
 // readLinks reads p's links (storedLinks, bounded by Config.BatchTimeout); it reports false,
-// logging why, when the read failed.
+// logging why unless ctx has ended, when the read failed.
 func (in *Ingester) readLinks(ctx context.Context, p *lanePlan) bool {
 	rctx, cancel := context.WithTimeout(ctx, in.cfg.BatchTimeout)
 	defer cancel()
 	var err error
 	if p.links, err = in.storedLinks(rctx, p.items); err != nil {
-		in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(p.items), "err", err)
+		if ctx.Err() == nil {
+			in.log.Warn("reading the poll's stored links failed; applying it as one lane", "records", len(p.items), "err", err)
+		}
 		return false
 	}
 	return true
 }
 
 // resolve completes p's split once the poll in flight at its read has committed: its links read
-// again and split on them alone (planLanes left it, the reach of that poll unknown). It is a no-op
-// on a plan planLanes split.
+// and split on them alone (planLanes left it: needsReread). It is a no-op on a plan planLanes
+// split.
 func (in *Ingester) resolve(ctx context.Context, p *lanePlan) {
 	if !p.reread {
 		return
 	}
 	p.reread = false
 	if in.readLinks(ctx, p) {
-		p.lanes, p.reach = p.ids.splitAfter(in.cfg.Lanes, p.links, nil, true)
+		p.split(in.cfg.Lanes, nil)
 	}
 }
 

@@ -237,7 +237,7 @@ func TestSplitLanesRealisticMix(t *testing.T) {
 }
 
 // BenchmarkSplitLanes: the cost per poll of the split of the realistic mix (504 records) into two
-// lanes — "split": the split on the poll's own identities and again with links, as inLanes does;
+// lanes — "split": the split on the poll's own identities and again with links, as planLanes does;
 // "read+split": with the pre-read of the stored links (storedLinks) on a database holding the mix
 // applied once, so every key has a stored attempt.
 func BenchmarkSplitLanes(b *testing.B) {
