@@ -35,7 +35,9 @@ type Links struct {
 // batch of attempt events evs and manual decisions decs: the stored attempts of their keys, the
 // references of the decisions kept for those keys, and the stored holders of their references
 // and of those — each claimed, as Bulk claims it, at the provider and operation of the key's
-// stored attempt, else of the batch's events with that key (the claims' primary key). Unlocked on
+// stored attempt, else at each provider and operation of the batch's events with that key (the
+// claims' primary key): the attempt is created at its key's first event's, and a later event at
+// another provider is a key conflict. Unlocked on
 // purpose: a link another transaction creates after the read is one the parts meet as two
 // ingester instances do, settled in commit order (docs/design.md#transactions-and-locks).
 func ReadLinks(ctx context.Context, db interface {
@@ -43,18 +45,30 @@ func ReadLinks(ctx context.Context, db interface {
 }, evs []*events.Attempt, decs []*events.Decision) (Links, error) {
 	l := Links{KeyIntents: map[[2]string]string{}, KeptRefs: map[[2]string][]string{}, Holders: map[string][][2]string{}}
 	n := len(evs) + len(decs)
-	keyAt := make(map[[2]string]int, n)
+	keyAt := make(map[[2]string]int, n) // (tenant, key) → its first row
+	seen := make(map[[4]string]bool, n) // (tenant, key, provider, operation) of a row
 	tenants, keys, provs, ops, intents := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	// key adds a row for each provider and operation the key's events bring: the attempt is
+	// created at its first event's, here or in a poll before, and a later event at another is a
+	// key conflict that claims nothing, so the key's references are looked up at each. A key only
+	// decisions name has one row with no provider.
 	key := func(tenant, k, intent, provider, op string) {
 		i, ok := keyAt[[2]string{tenant, k}]
-		if !ok {
+		switch {
+		case !ok:
 			i = len(keys)
 			keyAt[[2]string{tenant, k}] = i
-			tenants, keys, provs, ops = append(tenants, tenant), append(keys, k), append(provs, ""), append(ops, "")
+			tenants, keys, provs, ops = append(tenants, tenant), append(keys, k), append(provs, provider), append(ops, op)
 			intents = append(intents, intent) // the key's first record's: a stored attempt of it links nothing new
+		case provider == "" || seen[[4]string{tenant, k, provider, op}]:
+		case provs[i] == "":
+			provs[i], ops[i] = provider, op
+		default:
+			tenants, keys, provs, ops = append(tenants, tenant), append(keys, k), append(provs, provider), append(ops, op)
+			intents = append(intents, intents[i])
 		}
 		if provider != "" {
-			provs[i], ops[i] = provider, op // the key's last event's, as NewBulk's keyOps
+			seen[[4]string{tenant, k, provider, op}] = true
 		}
 	}
 	var refProvs, refOps, refs, decTenants, decKeys, decRefs []string

@@ -41,8 +41,9 @@ func TestBrokerCommitOutagePauses(t *testing.T) {
 
 // TestBrokerCommitFencedGivesUp: offset commits refused with ILLEGAL_GENERATION (the member was
 // fenced, the group moved on) are given up, not retried — retrying would wait on a rejoin that
-// BlockRebalanceOnPoll holds back. The ingester never pauses, rejoins, and the records redelivered
-// from the last committed offset are deduplicated: every event is applied exactly once.
+// BlockRebalanceOnPoll holds back. The ingester never pauses, every event is applied exactly once
+// (the records redelivered, loadgen's, are deduplicated), and once commits go through again the
+// batches after the fault commit every partition to its end.
 func TestBrokerCommitFencedGivesUp(t *testing.T) {
 	t.Parallel()
 	reg, redelivered := commitFault(t, kerr.IllegalGeneration, func(*prometheus.Registry) bool { return true })
@@ -55,8 +56,8 @@ func TestBrokerCommitFencedGivesUp(t *testing.T) {
 }
 
 // commitFault runs an ingester against a kfake cluster whose OffsetCommit answers code on every
-// partition until at least 3 commits failed and seen(reg) holds, then lets commits through, and
-// checks that every event is applied exactly once with nothing dead-lettered and that the
+// partition until at least 3 commits failed and seen(reg) holds, then lets commits through and
+// publishes the last third of the records, and checks that every event is applied exactly once with nothing dead-lettered and that the
 // group's committed offsets reach the end of the topic. It returns the ingester's registry and
 // how many of the records were loadgen's redeliveries.
 func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry) bool) (*prometheus.Registry, int) {
@@ -72,12 +73,21 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	for i, r := range gen.Records {
-		prod.Produce(ctx, &kgo.Record{Topic: tp.Attempts, Key: gen.Keys[i], Value: r}, nil)
+	// produce publishes records lo..hi of gen.
+	produce := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			prod.Produce(ctx, &kgo.Record{Topic: tp.Attempts, Key: gen.Keys[i], Value: gen.Records[i]}, nil)
+		}
+		if err := prod.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := prod.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// The last third is published once the fault has ended, so that batches come after it on
+	// every partition: an ingester that drained the topic while every commit failed would
+	// otherwise commit nothing more until new records came (kfake's refusal moves no group on, so
+	// no rejoin re-reads them either).
+	rest := len(gen.Records) * 2 / 3
+	produce(0, rest)
 	m, err := samples.Providers()
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +117,7 @@ func commitFault(t *testing.T, code *kerr.Error, seen func(*prometheus.Registry)
 		time.Sleep(50 * time.Millisecond)
 	}
 	fault.On.Store(false)
+	produce(rest, len(gen.Records))
 	for count(`SELECT count(*) FROM processed_event`) != gen.UniqueEvents {
 		if time.Now().After(deadline.Add(30 * time.Second)) {
 			t.Fatalf("processed %d of %d events", count(`SELECT count(*) FROM processed_event`), gen.UniqueEvents)

@@ -35,7 +35,13 @@ import (
 //     escalation closes (the reference is looked up at the provider of the seed's attempt);
 //   - G6, a decision the seed keeps for a key with no attempt yet, bringing a reference held by an
 //     attempt of the poll before; the poll's outcome_unknown applies it, and a decision for the
-//     holder closes the holder's escalation (claimed at the provider the poll's event brings).
+//     holder closes the holder's escalation (claimed at the provider the poll's event brings);
+//   - G7, G8: a kept reference held by an attempt of the poll before, claimed at the provider of
+//     the key's first event, which creates the attempt (G7: in the seed; G8: in the poll), while
+//     the key's last event is at another provider (a key conflict, which claims nothing): the
+//     links are looked up at every provider of the key's events, so the holder's records join
+//     (G8 failed in two lanes before that, with no read ahead: its 398 kept decisions make the
+//     holder's lane the slower one).
 //
 // A third run applies the poll before, the seed and the poll as consecutive polls of the
 // ingester, each poll's links read before the one before it is applied (Applier.ApplyPolls): it
@@ -85,7 +91,27 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 		return &kgo.Record{Topic: events.TopicManualDecisions, Key: []byte(intent), Value: []byte(d)}
 	}
 	ok := func(ref string) *events.Outcome { return &events.Outcome{ProviderReference: ref} }
+	// at is rec, an attempt event, at provider instead.
+	at := func(provider string, rec *kgo.Record) *kgo.Record {
+		var a events.Attempt
+		if err := json.Unmarshal(rec.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		a.Provider = provider
+		b, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Value = b
+		return rec
+	}
 	unknown := &events.Outcome{TimeoutClass: events.TimeoutRead}
+	// heavy are 398 decisions for keys of bi_h8 with no attempt (kept): they make the lane of
+	// bi_h8's records the slower one, so that another lane commits first.
+	var heavy []*kgo.Record
+	for v := 2; v < 400; v++ {
+		heavy = append(heavy, dec("bi_h8", fmt.Sprintf("book:bi_h8:v%d", v), "FAILED", ""))
+	}
 	for _, c := range []struct {
 		name       string
 		seed, poll []*kgo.Record
@@ -188,6 +214,32 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 					"bi_m6|escalation.opened|CONFIRMED", "bi_m6|attempt.resolved|CONFIRMED", "bi_m6|escalation.closed"},
 			},
 			[]*kgo.Record{book(events.EventStarted, "bi_h6", "book:bi_h6:v1", nil), book(events.EventSucceeded, "bi_h6", "book:bi_h6:v1", ok("HTL-96"))}},
+		{"G7 a kept reference claimed at the provider of the seed's attempt, the seed's last event for the key at another",
+			[]*kgo.Record{book(events.EventStarted, "bi_m7", "book:bi_m7:v1", nil),
+				at("sim-air", book(events.EventOutcomeUnknown, "bi_m7", "book:bi_m7:v1", unknown)),
+				book(events.EventStarted, "bi_y7", "book:bi_y7:v1", nil)},
+			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_m7", "book:bi_m7:v1", unknown),
+				at("sim-air", book(events.EventOutcomeUnknown, "bi_m7", "book:bi_m7:v1", unknown)),
+				dec("bi_h7", "book:bi_h7:v1", "FAILED", "")},
+			map[string][]string{`SELECT concat_ws('|', a.idempotency_key, a.provider, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id WHERE a.booking_intent_id IN ('bi_h7', 'bi_m7') ORDER BY 1`: {
+				"book:bi_h7:v1|sim-hotels|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1",
+				"book:bi_m7:v1|sim-hotels|CONFIRMED|manual|duplicate_provider_reference|closed|manual|ops.1",
+				"book:bi_m7:v1|sim-hotels|CONFIRMED|manual|key_conflict|closed|manual|ops.1"}},
+			[]*kgo.Record{dec("bi_m7", "book:bi_m7:v1", "CONFIRMED", "HTL-97"),
+				book(events.EventStarted, "bi_h7", "book:bi_h7:v1", nil), book(events.EventSucceeded, "bi_h7", "book:bi_h7:v1", ok("HTL-97"))}},
+		{"G8 a kept reference claimed at the provider of the poll's first event for the key, its last at another",
+			[]*kgo.Record{book(events.EventStarted, "bi_y8", "book:bi_y8:v1", nil)},
+			append(append([]*kgo.Record{dec("bi_h8", "book:bi_h8:v1", "FAILED", "")}, heavy...),
+				book(events.EventOutcomeUnknown, "bi_m8", "book:bi_m8:v1", unknown),
+				at("sim-air", book(events.EventOutcomeUnknown, "bi_m8", "book:bi_m8:v1", unknown))),
+			map[string][]string{`SELECT concat_ws('|', a.idempotency_key, a.provider, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id WHERE a.booking_intent_id IN ('bi_h8', 'bi_m8') ORDER BY 1`: {
+				"book:bi_h8:v1|sim-hotels|FAILED|manual|duplicate_provider_reference|open",
+				"book:bi_m8:v1|sim-hotels|CONFIRMED|manual|duplicate_provider_reference|open",
+				"book:bi_m8:v1|sim-hotels|CONFIRMED|manual|key_conflict|open"}},
+			[]*kgo.Record{dec("bi_m8", "book:bi_m8:v1", "CONFIRMED", "HTL-98"),
+				book(events.EventStarted, "bi_h8", "book:bi_h8:v1", nil), book(events.EventSucceeded, "bi_h8", "book:bi_h8:v1", ok("HTL-98"))}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

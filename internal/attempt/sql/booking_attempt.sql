@@ -140,8 +140,8 @@ WHERE a.id = u.id;
 -- name: booking_attempt_links
 -- Unlocked, before a poll is split into lanes (ReadLinks): what the poll's records reach through
 -- stored rows. $1 tenants, $2 keys, $3 providers, $4 operations, $11 intents: every key of the
--- poll with the provider and operation of its events ('' for a key only decisions name) and the
--- intent of its first record; $5 providers, $6 operations, $7 references: the outcome
+-- poll, once with each provider and operation of its events ('' for a key only decisions name),
+-- and the intent of its first record; $5 providers, $6 operations, $7 references: the outcome
 -- references of its events; $8 tenants, $9 keys, $10 references: the references of its
 -- decisions. Rows (kind, tenant, a, b): 'intent' — the stored attempt of key a is of intent b,
 -- another than the key's first record's; 'kept' — a decision kept for key a brings reference b;
