@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +107,23 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 		return rec
 	}
 	unknown := &events.Outcome{TimeoutClass: events.TimeoutRead}
+	// heldClosed is what G5 and G6 leave (n: the case's number): the holder bi_h<n> decided FAILED
+	// after the duplicate, its duplicate_provider_reference escalation closed, and bi_m<n>
+	// CONFIRMED by decision with the reference, its escalation closed too.
+	heldClosed := func(n string) map[string][]string {
+		r := strings.NewReplacer("<n>", n)
+		return map[string][]string{
+			`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
+				FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
+				r.Replace("book:bi_h<n>:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1"),
+				r.Replace("book:bi_m<n>:v1|CONFIRMED|manual|duplicate_provider_reference|closed|manual|ops.1"), r.Replace("book:bi_y<n>:v1|IN_PROGRESS")},
+			`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
+				FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
+				r.Replace("bi_h<n>|attempt.resolved|CONFIRMED"), r.Replace("bi_h<n>|escalation.opened|CONFIRMED"), r.Replace("bi_h<n>|attempt.resolved|FAILED"),
+				r.Replace("bi_h<n>|escalation.closed"), r.Replace("bi_m<n>|escalation.opened|CONFIRMED"), r.Replace("bi_m<n>|attempt.resolved|CONFIRMED"),
+				r.Replace("bi_m<n>|escalation.closed")},
+		}
+	}
 	// heavy are 398 decisions for keys of bi_h8 with no attempt (kept): they make the lane of
 	// bi_h8's records the slower one, so that another lane commits first.
 	var heavy []*kgo.Record
@@ -189,30 +207,12 @@ func TestLanesSeeStoredLinks(t *testing.T) {
 		{"G5 a decision for a key whose attempt the seed creates brings a reference held before",
 			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_m5", "book:bi_m5:v1", unknown), book(events.EventStarted, "bi_y5", "book:bi_y5:v1", nil)},
 			[]*kgo.Record{dec("bi_m5", "book:bi_m5:v1", "CONFIRMED", "HTL-95"), dec("bi_h5", "book:bi_h5:v1", "FAILED", "")},
-			map[string][]string{
-				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
-					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
-					"book:bi_h5:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1",
-					"book:bi_m5:v1|CONFIRMED|manual|duplicate_provider_reference|closed|manual|ops.1", "book:bi_y5:v1|IN_PROGRESS"},
-				`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
-					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
-					"bi_h5|attempt.resolved|CONFIRMED", "bi_h5|escalation.opened|CONFIRMED", "bi_h5|attempt.resolved|FAILED", "bi_h5|escalation.closed",
-					"bi_m5|escalation.opened|CONFIRMED", "bi_m5|attempt.resolved|CONFIRMED", "bi_m5|escalation.closed"},
-			},
+			heldClosed("5"),
 			[]*kgo.Record{book(events.EventStarted, "bi_h5", "book:bi_h5:v1", nil), book(events.EventSucceeded, "bi_h5", "book:bi_h5:v1", ok("HTL-95"))}},
 		{"G6 the seed keeps a decision whose reference is held before",
 			[]*kgo.Record{dec("bi_m6", "book:bi_m6:v1", "CONFIRMED", "HTL-96"), book(events.EventStarted, "bi_y6", "book:bi_y6:v1", nil)},
 			[]*kgo.Record{book(events.EventOutcomeUnknown, "bi_m6", "book:bi_m6:v1", unknown), dec("bi_h6", "book:bi_h6:v1", "FAILED", "")},
-			map[string][]string{
-				`SELECT concat_ws('|', a.idempotency_key, a.status, a.resolution_source, e.reason, e.state, e.closed_by, e.actor)
-					FROM booking_attempt a LEFT JOIN escalation e ON e.attempt_id = a.id ORDER BY 1`: {
-					"book:bi_h6:v1|FAILED|manual|duplicate_provider_reference|closed|manual|ops.1",
-					"book:bi_m6:v1|CONFIRMED|manual|duplicate_provider_reference|closed|manual|ops.1", "book:bi_y6:v1|IN_PROGRESS"},
-				`SELECT concat_ws('|', convert_from(record_key, 'UTF8'), v->>'eventType', v->>'attemptStatus', v->>'status')
-					FROM (SELECT record_key, id, convert_from(value, 'UTF8')::jsonb AS v FROM outbox) o ORDER BY record_key, id`: {
-					"bi_h6|attempt.resolved|CONFIRMED", "bi_h6|escalation.opened|CONFIRMED", "bi_h6|attempt.resolved|FAILED", "bi_h6|escalation.closed",
-					"bi_m6|escalation.opened|CONFIRMED", "bi_m6|attempt.resolved|CONFIRMED", "bi_m6|escalation.closed"},
-			},
+			heldClosed("6"),
 			[]*kgo.Record{book(events.EventStarted, "bi_h6", "book:bi_h6:v1", nil), book(events.EventSucceeded, "bi_h6", "book:bi_h6:v1", ok("HTL-96"))}},
 		{"G7 a kept reference claimed at the provider of the seed's attempt, the seed's last event for the key at another",
 			[]*kgo.Record{book(events.EventStarted, "bi_m7", "book:bi_m7:v1", nil),
