@@ -360,11 +360,10 @@ func (in *Ingester) resolve(ctx context.Context, p *lanePlan) {
 	}
 }
 
-// runPlan calls apply with each lane's items of p (resolved first), every lane on a goroutine
-// of its own (a single lane on the caller's); it returns once all have returned, with their
-// errors joined. It runs only once the poll before p has committed.
+// runPlan calls apply with each lane's items of p (resolved: planned with no poll in flight, or
+// resolve called after that poll's commit), every lane on a goroutine of its own (a single lane on the
+// caller's); it returns once all have returned, with their errors joined.
 func (in *Ingester) runPlan(ctx context.Context, p *lanePlan, apply func(lane []item) error) error {
-	in.resolve(ctx, p)
 	if len(p.lanes) <= 1 {
 		return apply(p.items)
 	}
