@@ -37,7 +37,10 @@ type Links struct {
 // and of those — each claimed, as Bulk claims it, at the provider and operation of the key's
 // stored attempt, else at each provider and operation of the batch's events with that key (the
 // claims' primary key): the attempt is created at its key's first event's, and a later event at
-// another provider is a key conflict. Unlocked on
+// another provider is a key conflict. The statement's rows are (kind, tenant, a, b): 'intent' —
+// the stored attempt of key a is of intent b, another than the key's first record's; 'kept' — a
+// decision kept for key a brings reference b; 'holder' — reference a, claimed at the provider
+// and operation it would be claimed at, is held by an attempt of tenant's intent b. Unlocked on
 // purpose: a link another transaction creates after the read is one the parts meet as two
 // ingester instances do, settled in commit order (docs/design.md#transactions-and-locks).
 func ReadLinks(ctx context.Context, db interface {

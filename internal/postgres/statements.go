@@ -17,11 +17,20 @@ import (
 //
 // and running to the next marker or the end of the file. Names are subject first (the table or
 // the thing it reads, then the verb: outbox_mark_published, attempt_claim_due) and unique across
-// the files loaded together. Comment lines after the marker stay part of the statement.
+// the files loaded together. Comment lines after the marker stay part of the statement, so
+// pg_stat_statements and pg_stat_activity show them; they may take at most MaxLeadingComment
+// bytes before the first line of SQL.
 type Statements struct {
 	byName map[string]string
 	order  []string
 }
+
+// MaxLeadingComment is the most bytes a statement's comment lines (after its marker) may take
+// before its first line of SQL. pg_stat_activity shows a running statement's first 1,023 bytes
+// (track_activity_query_size, default 1,024): with at most 768 bytes of comment, an operator
+// looking at a session (and the bench's sampler, which names statements by verb and table) sees
+// at least 255 bytes of the SQL itself, not a comment cut short.
+const MaxLeadingComment = 768
 
 var nameLine = regexp.MustCompile(`^--\s*name:\s*([a-z][a-z0-9_]*)\s*$`)
 
@@ -71,6 +80,9 @@ func (s *Statements) parse(file, text string) error {
 		if sql == "" {
 			return fmt.Errorf("postgres: statements: %s: statement %s is empty", file, name)
 		}
+		if lead := leadingComment(sql); lead > MaxLeadingComment {
+			return fmt.Errorf("postgres: statements: %s: statement %s: %d bytes of comment before its SQL, more than %d (pg_stat_activity would show only the comment): move the explanation to the Go code or docs", file, name, lead, MaxLeadingComment)
+		}
 		if _, dup := s.byName[name]; dup {
 			return fmt.Errorf("postgres: statements: %s: statement %s defined twice", file, name)
 		}
@@ -103,6 +115,19 @@ func (s *Statements) parse(file, text string) error {
 		return fmt.Errorf("postgres: statements: %s: %w", file, err)
 	}
 	return flush()
+}
+
+// leadingComment is how many bytes of sql come before its first line that is not a "--"
+// comment or blank.
+func leadingComment(sql string) int {
+	n := 0
+	for line := range strings.Lines(sql) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			return n
+		}
+		n += len(line)
+	}
+	return n
 }
 
 // SQL returns the statement called name. It panics on an unknown name (a programming error:

@@ -37,6 +37,7 @@ func TestLoadStatementsRefuses(t *testing.T) {
 		"Duplicate":   {"-- name: x\nSELECT 1\n-- name: x\nSELECT 2\n", "statement x defined twice"},
 		"Empty":       {"-- name: x\n\n-- name: y\nSELECT 1\n", "statement x is empty"},
 		"BeforeFirst": {"SELECT 1\n-- name: x\nSELECT 2\n", "a.sql:1: SQL before the first -- name: marker"},
+		"LongComment": {"-- name: x\n" + strings.Repeat("-- "+strings.Repeat("w", 60)+"\n", 13) + "SELECT 1\n", "statement x: 832 bytes of comment before its SQL, more than 768"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := LoadStatements(fstest.MapFS{"a.sql": {Data: []byte(c.files)}}, "*.sql")
@@ -44,6 +45,11 @@ func TestLoadStatementsRefuses(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
 		})
+	}
+	// 12 lines of 64 bytes: exactly MaxLeadingComment, loaded.
+	ok := "-- name: x\n" + strings.Repeat("-- "+strings.Repeat("w", 60)+"\n", 12) + "SELECT 1\n"
+	if s, err := LoadStatements(fstest.MapFS{"a.sql": {Data: []byte(ok)}}, "*.sql"); err != nil || leadingComment(s.SQL("x")) != 768 {
+		t.Errorf("768 bytes of comment: err = %v", err)
 	}
 	if _, err := LoadStatements(fstest.MapFS{}, "*.sql"); err == nil || !strings.Contains(err.Error(), "no file matches") {
 		t.Errorf("no files: err = %v", err)
