@@ -278,20 +278,33 @@ node_stop() { # n: orderly stop, SIGKILL after 30s
   rm -f "$CDIR/node$n/pid"
 }
 
+cluster_id() { # prints the cluster's id, made on first use and kept in $CDIR/cluster.id
+  # A Kafka Uuid: 16 random bytes, base64url without padding. Like Kafka's own Uuid.randomUuid,
+  # never one that starts with '-': kafka-storage format reads "-t -…" as a missing argument, and
+  # every node's format fails (1 id in 64). A kept id that starts with '-' formatted no node, so it
+  # is replaced.
+  local id
+  id="$(cat "$CDIR/cluster.id" 2>/dev/null || true)"
+  while [ -z "$id" ] || [ "${id#-}" != "$id" ]; do
+    id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  done
+  mkdir -p "$CDIR"
+  printf '%s' "$id" >"$CDIR/cluster.id"
+  echo "$id"
+}
+
 cluster_up() {
   command -v java >/dev/null || { log "java not found"; return 1; }
   kafka_libs
   mkdir -p "$CDIR"
   local n
   for n in 1 2 3; do node_config "$n"; done
-  if [ ! -f "$CDIR/cluster.id" ]; then # a Kafka Uuid: 16 random bytes, base64url without padding
-    head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$CDIR/cluster.id"
-  fi
+  local id; id="$(cluster_id)"
   for n in 1 2 3; do
     if [ ! -f "$CDIR/node$n/data/meta.properties" ]; then
       log "formatting KRaft storage of cluster node $n"
       java -Xmx128m -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.properties" -cp "$LIBS/*" \
-        kafka.tools.StorageTool format -t "$(cat "$CDIR/cluster.id")" -c "$CDIR/node$n/server.properties" >/dev/null &
+        kafka.tools.StorageTool format -t "$id" -c "$CDIR/node$n/server.properties" >/dev/null &
     fi
   done
   wait
@@ -314,7 +327,8 @@ cluster() {
         else echo "node $n: stopped"; fi
       done ;;
     env) echo "export BOOKRECON_KAFKA_BROKERS='$CLUSTER_ADDRS'" ;;
-    *) echo "usage: $0 cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
+    id) cluster_id ;;
+    *) echo "usage: $0 cluster up|down|reset|status|env|id|kill N|start N" >&2; exit 2 ;;
   esac
 }
 
@@ -341,5 +355,5 @@ case "${1:-}" in
     echo "export BOOKRECON_DATABASE_URL='$PG_URL'"
     echo "export BOOKRECON_KAFKA_BROKERS='$KAFKA_ADDR'"
     echo "export BOOKRECON_REDIS_URL='$REDIS_URL'" ;;
-  *) echo "usage: $0 up|down|reset|status|env|jars | redis up|down|status | cluster up|down|reset|status|env|kill N|start N" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|reset|status|env|jars | redis up|down|status | cluster up|down|reset|status|env|id|kill N|start N" >&2; exit 2 ;;
 esac
