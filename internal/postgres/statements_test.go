@@ -48,8 +48,10 @@ func TestLoadStatementsRefuses(t *testing.T) {
 	}
 	// 12 lines of 64 bytes: exactly MaxLeadingComment, loaded.
 	ok := "-- name: x\n" + strings.Repeat("-- "+strings.Repeat("w", 60)+"\n", 12) + "SELECT 1\n"
-	if s, err := LoadStatements(fstest.MapFS{"a.sql": {Data: []byte(ok)}}, "*.sql"); err != nil || leadingComment(s.SQL("x")) != 768 {
-		t.Errorf("768 bytes of comment: err = %v", err)
+	if s, err := LoadStatements(fstest.MapFS{"a.sql": {Data: []byte(ok)}}, "*.sql"); err != nil {
+		t.Errorf("768 bytes of comment: err = %v, want it loaded", err)
+	} else if n := leadingComment(s.SQL("x")); n != 768 {
+		t.Errorf("768 bytes of comment: leadingComment = %d, want 768", n)
 	}
 	if _, err := LoadStatements(fstest.MapFS{}, "*.sql"); err == nil || !strings.Contains(err.Error(), "no file matches") {
 		t.Errorf("no files: err = %v", err)
